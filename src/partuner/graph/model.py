@@ -1,0 +1,407 @@
+"""Load an ONNX model into partuner's view of it: nodes, values, shapes, bytes and FLOPs.
+
+The loader checks the model, gives every node a unique name (ONNX allows empty or repeated names;
+plans refer to nodes by name), fixes dynamic input dimensions from ``--input-shape`` values,
+infers every value's shape and dtype, and records the def-use links (through ``onnx-ir``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import helper, numpy_helper
+
+from partuner.errors import InputShapeError, InvalidModelError
+from partuner.graph.flops import node_flops
+
+__all__ = [
+    "ModelGraph",
+    "NodeInfo",
+    "ValueInfo",
+    "load_model",
+    "parse_input_shapes",
+    "read_model_proto",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    """One tensor of the graph: its static shape, dtype, size and def-use links."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # numpy dtype name, e.g. "float32"
+    nbytes: int
+    producer: str | None  # node name, None for graph inputs and initializers
+    consumers: tuple[str, ...]
+    is_initializer: bool = False
+    is_graph_input: bool = False
+    is_graph_output: bool = False
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One operator: what it is, what it reads and writes, and what it costs in FLOPs."""
+
+    name: str
+    index: int  # position in the (topologically sorted) graph
+    op_type: str
+    domain: str
+    attributes: Mapping[str, object]
+    inputs: tuple[str, ...]  # value names ("" for an absent optional input)
+    outputs: tuple[str, ...]
+    flops: int
+    weight_bytes: int  # bytes of initializers this node reads
+    io_bytes: int  # bytes of non-initializer inputs plus outputs
+
+
+@dataclass
+class ModelGraph:
+    """A checked, shape-inferred ONNX model with partuner's per-node facts.
+
+    ``model`` is the ONNX proto with unique node names and fixed input shapes: sub-models, plans
+    and sessions are all built from it, so node names always agree.
+    """
+
+    model: onnx.ModelProto
+    nodes: list[NodeInfo]
+    values: dict[str, ValueInfo]
+    inputs: list[str]  # graph inputs that are not initializers
+    outputs: list[str]
+    source: str = "<memory>"
+    _by_name: dict[str, NodeInfo] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._by_name = {n.name: n for n in self.nodes}
+
+    def node(self, name: str) -> NodeInfo:
+        """The node called ``name``; raises KeyError naming a few known nodes otherwise."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            known = [n.name for n in self.nodes[:5]]
+            raise KeyError(f"no node named {name!r} in the model; e.g. {known}") from None
+
+    def has_node(self, name: str) -> bool:
+        return name in self._by_name
+
+    def predecessors(self, name: str) -> list[str]:
+        """Names of the nodes producing the inputs of ``name`` (no duplicates, in input order)."""
+        out: list[str] = []
+        for v in self.node(name).inputs:
+            p = self.values[v].producer if v else None
+            if p is not None and p not in out:
+                out.append(p)
+        return out
+
+    def successors(self, name: str) -> list[str]:
+        """Names of the nodes consuming any output of ``name`` (no duplicates)."""
+        out: list[str] = []
+        for v in self.node(name).outputs:
+            if not v:
+                continue
+            for c in self.values[v].consumers:
+                if c not in out:
+                    out.append(c)
+        return out
+
+    def edges(self) -> list[tuple[str, str, str, int]]:
+        """Data edges ``(producer, consumer, value, nbytes)`` between nodes."""
+        out = []
+        for v in self.values.values():
+            if v.producer is None:
+                continue
+            for c in dict.fromkeys(v.consumers):
+                out.append((v.producer, c, v.name, v.nbytes))
+        return out
+
+    @property
+    def total_flops(self) -> int:
+        return sum(n.flops for n in self.nodes)
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(v.nbytes for v in self.values.values() if v.is_initializer)
+
+    def op_histogram(self) -> dict[str, int]:
+        hist: dict[str, int] = {}
+        for n in self.nodes:
+            hist[n.op_type] = hist.get(n.op_type, 0) + 1
+        return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+_SHAPE_RE = re.compile(r"^\s*([^=]+?)\s*=\s*(\d+(?:\s*[x,]\s*\d+)*)\s*$")
+
+
+def parse_input_shapes(specs: Iterable[str]) -> dict[str, tuple[int, ...]]:
+    """Parse ``NAME=1x3x224x224`` strings (like NEST-C's ``-model-input``).
+
+    Examples
+    --------
+    >>> parse_input_shapes(["input=1x3x224x224"])
+    {'input': (1, 3, 224, 224)}
+    """
+    out: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        m = _SHAPE_RE.match(spec)
+        if not m:
+            raise InputShapeError(
+                f"bad --input-shape {spec!r}: write NAME=DIMS with dims joined by 'x', "
+                "e.g. input=1x3x224x224"
+            )
+        dims = tuple(int(d) for d in re.split(r"\s*[x,]\s*", m.group(2)))
+        if any(d <= 0 for d in dims):
+            raise InputShapeError(f"bad --input-shape {spec!r}: every dimension must be >= 1")
+        out[m.group(1)] = dims
+    return out
+
+
+def read_model_proto(path: str | Path) -> onnx.ModelProto:
+    """Read an ONNX file (``.onnx`` or gzip-compressed ``.onnx.gz``) and run the full checker."""
+    p = Path(path)
+    if not p.exists():
+        raise InvalidModelError(f"model file not found: {p}")
+    if p.is_dir():
+        raise InvalidModelError(f"model path is a folder, not an ONNX file: {p}")
+    try:
+        data = p.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        model = onnx.load_model_from_string(data)
+    except Exception as exc:  # protobuf raises DecodeError, gzip OSError/EOFError
+        raise InvalidModelError(
+            f"cannot read {p} as an ONNX model ({type(exc).__name__}); is the file complete "
+            "and really ONNX?"
+        ) from None
+    if len(model.graph.node) == 0 and not model.graph.output:
+        raise InvalidModelError(f"{p} holds no ONNX graph (empty or not an ONNX file)")
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        onnx.load_external_data_for_model(model, str(p.parent))
+    return model
+
+
+def _check(model: onnx.ModelProto, source: str) -> None:
+    try:
+        onnx.checker.check_model(model, full_check=False)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InvalidModelError(
+            f"{source} fails the ONNX checker: {first}; fix or re-export the model"
+        ) from None
+
+
+def _name_nodes(model: onnx.ModelProto) -> None:
+    seen: set[str] = set()
+    for i, node in enumerate(model.graph.node):
+        name = node.name
+        if not name or name in seen:
+            base = f"{node.op_type}_{i}"
+            name = base
+            k = 1
+            while name in seen:
+                name = f"{base}_{k}"
+                k += 1
+            node.name = name
+        seen.add(name)
+
+
+def _fix_inputs(
+    model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]], source: str
+) -> list[str]:
+    inits = {t.name for t in model.graph.initializer}
+    real_inputs = [i for i in model.graph.input if i.name not in inits]
+    names = [i.name for i in real_inputs]
+    for name in shapes:
+        if name not in names:
+            raise InputShapeError(f"--input-shape names {name!r}, but the model's inputs are {names}")
+    for vi in real_inputs:
+        tt = vi.type.tensor_type
+        dims = tt.shape.dim
+        if vi.name in shapes:
+            want = shapes[vi.name]
+            if len(dims) and len(dims) != len(want):
+                raise InputShapeError(
+                    f"--input-shape {vi.name} has {len(want)} dims but the model's input has "
+                    f"rank {len(dims)}"
+                )
+            for k, (d, w) in enumerate(zip(dims, want, strict=False)):
+                if d.HasField("dim_value") and d.dim_value not in (0, w):
+                    raise InputShapeError(
+                        f"--input-shape {vi.name}: dim {k} is fixed to {d.dim_value} in the model, "
+                        f"not {w}"
+                    )
+            tt.shape.ClearField("dim")
+            for w in want:
+                tt.shape.dim.add().dim_value = w
+        else:
+            unresolved = [
+                (k, d.dim_param or "?") for k, d in enumerate(dims) if not d.HasField("dim_value")
+                or d.dim_value <= 0
+            ]
+            if unresolved or not tt.HasField("shape"):
+                shown = "x".join(
+                    d.dim_param or "?" if not d.HasField("dim_value") else str(d.dim_value)
+                    for d in dims
+                )
+                raise InputShapeError(
+                    f"input {vi.name!r} of {source} has dynamic shape [{shown}]; fix it with "
+                    f"--input-shape {vi.name}=1x3x224x224 (your sizes)"
+                )
+    return names
+
+
+def _static_shape(t: ir.Value) -> tuple[int, ...] | None:
+    if t.shape is None:
+        return None
+    dims = []
+    for d in t.shape:
+        if not isinstance(d, int):
+            return None
+        dims.append(d)
+    return tuple(dims)
+
+
+def _np_dtype(v: ir.Value) -> str | None:
+    if v.dtype is None:
+        return None
+    try:
+        return str(np.dtype(helper.tensor_dtype_to_np_dtype(int(v.dtype))))
+    except Exception:
+        return v.dtype.name.lower()
+
+
+def _attr_value(a: onnx.AttributeProto) -> object:
+    v = helper.get_attribute_value(a)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, list):
+        return [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
+    if isinstance(v, onnx.TensorProto):
+        return numpy_helper.to_array(v).tolist() if math.prod(v.dims) <= 16 else "<tensor>"
+    if isinstance(v, onnx.GraphProto):
+        return "<graph>"
+    return v
+
+
+def load_model(
+    source: str | Path | onnx.ModelProto,
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+) -> ModelGraph:
+    """Load, check and shape-infer an ONNX model.
+
+    Parameters
+    ----------
+    source : a path to ``.onnx`` / ``.onnx.gz``, or a ``ModelProto`` (copied, not modified).
+    input_shapes : fixed shapes for dynamic inputs, e.g. ``{"input": (1, 3, 224, 224)}``.
+
+    Returns
+    -------
+    ModelGraph
+
+    Raises
+    ------
+    InvalidModelError : unreadable file, checker failure, a value whose shape stays unknown.
+    InputShapeError : unknown input name, rank mismatch, dynamic dimension left unresolved.
+    """
+    if isinstance(source, onnx.ModelProto):
+        model = onnx.ModelProto()
+        model.CopyFrom(source)
+        name = model.graph.name or "<memory>"
+    else:
+        model = read_model_proto(source)
+        name = str(source)
+    _check(model, name)
+    _name_nodes(model)
+    inputs = _fix_inputs(model, dict(input_shapes or {}), name)
+    del model.graph.value_info[:]
+    for out in model.graph.output:  # re-inferred below, so fixed inputs propagate to outputs
+        out.type.tensor_type.ClearField("shape")
+    try:
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0][:300]
+        raise InvalidModelError(f"shape inference failed on {name}: {first}") from None
+    return _build(model, inputs, name)
+
+
+def _build(model: onnx.ModelProto, inputs: list[str], source: str) -> ModelGraph:
+    irm = ir.from_proto(model)
+    g = irm.graph
+    init_names = set(g.initializers)
+    values: dict[str, ValueInfo] = {}
+    out_names = [v.name for v in g.outputs]
+
+    def add_value(v: ir.Value) -> None:
+        if v.name in values or not v.name:
+            return
+        shape = _static_shape(v)
+        dtype = _np_dtype(v)
+        if shape is None or dtype is None:
+            prod = v.producer()
+            where = f"output of node {prod.name!r} ({prod.op_type})" if prod else "graph input"
+            raise InvalidModelError(
+                f"cannot infer a static shape for value {v.name!r} ({where}) in {source}; "
+                "fix the input shapes with --input-shape or simplify the model"
+            )
+        itemsize = np.dtype(dtype).itemsize if dtype in np.sctypeDict else 1
+        prod = v.producer()
+        consumers = tuple(dict.fromkeys(n.name for n, _ in v.uses()))
+        values[v.name] = ValueInfo(
+            name=v.name,
+            shape=shape,
+            dtype=dtype,
+            nbytes=int(math.prod(shape)) * itemsize,
+            producer=prod.name if prod is not None else None,
+            consumers=consumers,
+            is_initializer=v.name in init_names,
+            is_graph_input=v.name in inputs,
+            is_graph_output=v.name in out_names,
+        )
+
+    for v in g.inputs:
+        add_value(v)
+    for v in g.initializers.values():
+        add_value(v)
+    nodes: list[NodeInfo] = []
+    protos = {n.name: n for n in model.graph.node}
+    for i, n in enumerate(g):
+        for v in n.inputs:
+            if v is not None:
+                add_value(v)
+        for v in n.outputs:
+            add_value(v)
+        in_names = tuple(v.name if v is not None else "" for v in n.inputs)
+        out_names_n = tuple(v.name for v in n.outputs)
+        in_shapes = [values[x].shape if x else None for x in in_names]
+        out_shapes = [values[x].shape if x else None for x in out_names_n]
+        attrs = {a.name: _attr_value(a) for a in protos[n.name].attribute}
+        weight = sum(values[x].nbytes for x in in_names if x and values[x].is_initializer)
+        io = sum(values[x].nbytes for x in in_names if x and not values[x].is_initializer)
+        io += sum(values[x].nbytes for x in out_names_n if x)
+        nodes.append(
+            NodeInfo(
+                name=n.name,
+                index=i,
+                op_type=n.op_type,
+                domain=n.domain or "",
+                attributes=attrs,
+                inputs=in_names,
+                outputs=out_names_n,
+                flops=node_flops(n.op_type, attrs, in_shapes, out_shapes),
+                weight_bytes=weight,
+                io_bytes=io,
+            )
+        )
+    return ModelGraph(model=model, nodes=nodes, values=values, inputs=inputs,
+                      outputs=out_names, source=source)
