@@ -84,6 +84,25 @@ class ModelGraph:
 
     def __post_init__(self) -> None:
         self._by_name = {n.name: n for n in self.nodes}
+        const: set[str] = set()
+        for n in self.nodes:  # topological, so producers are classified first
+            ins = [v for v in n.inputs if v]
+            if all(
+                self.values[v].is_initializer or self.values[v].producer in const for v in ins
+            ) and not any(self.values[v].is_graph_input for v in ins):
+                const.add(n.name)
+        self.constant_nodes: frozenset[str] = frozenset(const)
+
+    def is_constant(self, name: str) -> bool:
+        """True for nodes that read only initializers and constants (``Constant``, an
+        ``Identity`` of a weight, ...): backends fold them, so partuner neither plans nor times
+        them and copies them into every partition that reads them."""
+        return name in self.constant_nodes
+
+    @property
+    def compute_nodes(self) -> list[NodeInfo]:
+        """The nodes that are not constant: what the planner places."""
+        return [n for n in self.nodes if n.name not in self.constant_nodes]
 
     def node(self, name: str) -> NodeInfo:
         """The node called ``name``; raises KeyError naming a few known nodes otherwise."""
@@ -195,13 +214,16 @@ def _check(model: onnx.ModelProto, source: str) -> None:
     try:
         onnx.checker.check_model(model, full_check=False)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        # onnx's messages span lines; the node they name is often on the second one.
+        what = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise InvalidModelError(
-            f"{source} fails the ONNX checker: {first}; fix or re-export the model"
+            f"{source} fails the ONNX checker: {what}; fix or re-export the model"
         ) from None
 
 
 def _name_nodes(model: onnx.ModelProto) -> None:
+    # Generated names avoid every name the file gives, so no user-named node is ever renamed.
+    given = {node.name for node in model.graph.node if node.name}
     seen: set[str] = set()
     for i, node in enumerate(model.graph.node):
         name = node.name
@@ -209,7 +231,7 @@ def _name_nodes(model: onnx.ModelProto) -> None:
             base = f"{node.op_type}_{i}"
             name = base
             k = 1
-            while name in seen:
+            while name in seen or name in given:
                 name = f"{base}_{k}"
                 k += 1
             node.name = name
@@ -224,7 +246,9 @@ def _fix_inputs(
     names = [i.name for i in real_inputs]
     for name in shapes:
         if name not in names:
-            raise InputShapeError(f"--input-shape names {name!r}, but the model's inputs are {names}")
+            raise InputShapeError(
+                f"--input-shape names {name!r}, but the model's inputs are {names}"
+            )
     for vi in real_inputs:
         tt = vi.type.tensor_type
         dims = tt.shape.dim

@@ -1,0 +1,135 @@
+"""``partuner tune``: profile -> plan -> export -> run -> check, in one command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from partuner.cli import main
+from partuner.cli.common import (
+    console,
+    db_option,
+    emit_json,
+    handle_errors,
+    input_shape_option,
+    json_option,
+    load_graph,
+    model_argument,
+    quiet_option,
+    units_option,
+)
+from partuner.cli.stages import load_units_cli, profile_cli, unit_summary
+
+
+@main.command("tune")
+@model_argument
+@input_shape_option
+@units_option
+@db_option
+@click.option("-o", "--output", type=click.Path(file_okay=False), default=None,
+              help="Output folder (default: ./partuner-out/<model name>).")
+@click.option("--scheduler", default="auto", show_default=True)
+@click.option("--repeat", type=click.IntRange(min=1), default=30, show_default=True,
+              help="Timed runs per measured configuration.")
+@click.option("--skip-unavailable", is_flag=True, help="Plan with the units that are available.")
+@json_option
+@quiet_option
+@handle_errors
+def tune_cmd(model: str, input_shapes: tuple[str, ...], units_file: str | None, db: str | None,
+             output: str | None, scheduler: str, repeat: int, skip_unavailable: bool,
+             as_json: bool, quiet: bool) -> None:
+    """Profile MODEL, plan it, export the partitions, run the plan concurrently and check it.
+
+    MODEL is an ONNX file, or zoo:NAME for a built-in demo (see `partuner zoo --list`).
+    """
+    from partuner.pipeline import tune
+    from partuner.plan import get_scheduler
+
+    if scheduler != "auto":
+        get_scheduler(scheduler)
+    g = load_graph(model, input_shapes)
+    us = load_units_cli(units_file)
+    name = Path(model[4:] if model.startswith("zoo:") else model).name.split(".")[0]
+    outdir = Path(output) if output else Path("partuner-out") / name
+    quiet = quiet or as_json
+    prof = profile_cli(g, us, db, quiet, skip_unavailable)
+
+    def say(msg: str) -> None:
+        if not quiet:
+            console.print(f"[dim]... {msg}[/dim]")
+
+    r = tune(g, us, prof, outdir, scheduler=scheduler, repeat=repeat, progress=say)
+    plan = r.plan
+    rows = [
+        {"what": f"partuner plan ({plan.scheduler}, {len(plan.partitions)} partitions on "
+                 f"{len(plan.units)} unit(s))",
+         "predicted_ms": plan.predicted_us / 1e3,
+         "measured_ms": None if r.measured is None else r.measured.median_ms,
+         "p90_ms": None if r.measured is None else r.measured.p90_ms},
+        {"what": f"best single unit ({r.single_unit})",
+         "predicted_ms": r.plans["single"].predicted_us / 1e3 if "single" in r.plans else None,
+         "measured_ms": None if r.single_measured is None else r.single_measured.median_ms,
+         "p90_ms": None if r.single_measured is None else r.single_measured.p90_ms},
+        {"what": f"plain onnxruntime, whole model, {_cores()} threads",
+         "predicted_ms": None, "measured_ms": r.ort_all_cores.median_ms,
+         "p90_ms": r.ort_all_cores.p90_ms},
+    ]
+    result = {
+        "model": g.source,
+        "scheduler": plan.scheduler,
+        "partitions": len(plan.partitions),
+        "parallel_groups": plan.parallel_groups(),
+        "predicted_ms": plan.predicted_us / 1e3,
+        "lower_bound_ms": r.lower_bound_us / 1e3,
+        "measured_ms": None if r.measured is None else r.measured.median_ms,
+        "modeled": plan.modeled,
+        "baselines": rows,
+        "schedulers": {n: {"predicted_ms": p.predicted_us / 1e3,
+                           "partitions": len(p.partitions)} for n, p in r.plans.items()},
+        "profile": {"signatures": prof.signatures, "measured": prof.measured,
+                    "reused": prof.reused, "wall_s": prof.wall_s,
+                    "units": unit_summary(prof)},
+        "check": r.check.to_dict(),
+        "outdir": str(r.outdir),
+        "files": r.files,
+    }
+    if as_json:
+        emit_json(result)
+    else:
+        console.print(f"[bold]{g.source}[/bold] on {', '.join(us.units)}: "
+                      f"{len(g.compute_nodes)} nodes, {prof.signatures} signatures "
+                      f"({prof.measured} timed, {prof.reused} from the store) in "
+                      f"{prof.wall_s:.1f} s")
+        t = Table(show_edge=False)
+        for c in ("configuration", "predicted", "measured (median)", "p90"):
+            t.add_column(c, justify="left" if c == "configuration" else "right")
+        for row in rows:
+            t.add_row(row["what"], _fmt(row["predicted_ms"]), _fmt(row["measured_ms"]),
+                      _fmt(row["p90_ms"]))
+        console.print(t)
+        if plan.modeled:
+            console.print("[yellow]the plan uses modeled units: its latency is predicted "
+                          "(modeled), not measured[/yellow]")
+        groups = plan.parallel_groups()
+        console.print(f"parallel partition groups: {len(groups)}; lower bound "
+                      f"{r.lower_bound_us / 1e3:.3f} ms")
+        c = r.check
+        verdict = "[green]passed[/green]" if c.passed else "[red]FAILED[/red]"
+        worst = max((o.max_abs for o in c.outputs), default=0.0)
+        console.print(f"output check {verdict}: max abs diff {worst:.3g} (rule {c.rule})")
+        console.print(f"files in {r.outdir}/: {', '.join(r.files[:4])}"
+                      f"{' ...' if len(r.files) > 4 else ''}")
+    if not r.check.passed:
+        raise SystemExit(1)
+
+
+def _fmt(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms:.3f} ms"
+
+
+def _cores() -> int:
+    import os
+
+    return os.cpu_count() or 1

@@ -1,0 +1,155 @@
+"""Pieces every command shares: options, error handling, JSON output, progress."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from partuner.errors import PartunerError
+
+__all__ = [
+    "console",
+    "fail",
+    "handle_errors",
+    "input_shape_option",
+    "json_option",
+    "load_graph",
+    "model_argument",
+    "progress_bar",
+    "quiet_option",
+    "units_option",
+    "db_option",
+    "emit_json",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print ``partuner: error: message`` on stderr and exit with ``code``."""
+    click.echo(f"partuner: error: {message}", err=True)
+    sys.exit(code)
+
+
+def handle_errors(fn: F) -> F:
+    """Turn partuner's errors (and a few common ones) into one line and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except PartunerError as exc:
+            fail(str(exc))
+        except KeyboardInterrupt:
+            fail("interrupted; what was measured so far is kept in the profile store", 130)
+        except (OSError, MemoryError) as exc:
+            fail(f"{type(exc).__name__}: {exc}")
+        return None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def model_argument(fn: F) -> F:
+    return click.argument("model", metavar="MODEL")(fn)
+
+
+def input_shape_option(fn: F) -> F:
+    return click.option(
+        "--input-shape", "input_shapes", multiple=True, metavar="NAME=DIMS",
+        help="Fix a dynamic input, e.g. input=1x3x224x224 (repeatable).",
+    )(fn)
+
+
+def units_option(fn: F) -> F:
+    return click.option(
+        "--units", "units_file", type=click.Path(dir_okay=False), default=None,
+        help="Units file (YAML). Default: one 1-thread onnxruntime unit per CPU core.",
+    )(fn)
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(fn)
+
+
+def quiet_option(fn: F) -> F:
+    return click.option("--quiet", "-q", is_flag=True, help="No progress bar.")(fn)
+
+
+def db_option(fn: F) -> F:
+    return click.option(
+        "--db", type=click.Path(dir_okay=False), default=None,
+        help="Profile store (SQLite). Default: $PARTUNER_DB or ~/.cache/partuner/profiles.db.",
+    )(fn)
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def emit_json(obj: Any) -> None:
+    """Print ``obj`` as JSON (non-finite floats become null)."""
+    click.echo(json.dumps(_clean(obj), indent=2))
+
+
+def load_graph(model: str, input_shapes: tuple[str, ...] = ()) -> Any:
+    """Load ``model`` (a path, or ``zoo:NAME`` for a built-in demo model)."""
+    from partuner.graph import load_model, parse_input_shapes
+
+    shapes = parse_input_shapes(input_shapes)
+    if model.startswith("zoo:"):
+        from partuner.graph import zoo
+
+        return load_model(zoo.build(model[4:]), shapes)
+    if not Path(model).exists():
+        raise PartunerError(f"model file not found: {model} (or use zoo:NAME for a demo model)")
+    return load_model(model, shapes)
+
+
+@contextmanager
+def progress_bar(label: str, quiet: bool) -> Iterator[Callable[[int, int, str], None] | None]:
+    """A rich progress bar with ETA on stderr; nothing when quiet or not a terminal."""
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(
+        TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        TextColumn("{task.description}"), console=err_console, transient=True,
+    ) as prog:
+        task = prog.add_task("", total=None)
+
+        def update(done: int, total: int, what: str) -> None:
+            prog.update(task, completed=done, total=total, description=what[:40])
+
+        yield update
+
+
+def setup_logging(verbose: int) -> None:
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,37 @@
+"""Steps several commands share: load units, profile with a progress bar, build the problem."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from partuner.cli.common import progress_bar
+
+
+def load_units_cli(units_file: str | None) -> Any:
+    from partuner.units import default_units, load_units
+
+    return load_units(units_file) if units_file else default_units()
+
+
+def profile_cli(graph: Any, units: Any, db: str | None, quiet: bool,
+                skip_unavailable: bool = False, budget_s: float = 0.25) -> Any:
+    from partuner.profile import ProfileStore, profile_model
+
+    with ProfileStore(db) as store, progress_bar("profiling", quiet) as cb:
+        return profile_model(graph, units, store=store, progress=cb, budget_s=budget_s,
+                             skip_unavailable=skip_unavailable)
+
+
+def unit_summary(profile: Any) -> list[dict[str, Any]]:
+    rows = []
+    for name, up in profile.units.items():
+        rows.append({
+            "unit": name,
+            "modeled": up.modeled,
+            "call_overhead_us": up.overhead_us,
+            "whole_model_ms": None if up.whole_us is None else up.whole_us / 1e3,
+            "sum_of_parts_ms": None if up.parts_us is None else up.parts_us / 1e3,
+            "additivity_error": up.additivity_error,
+            "scale": up.scale,
+        })
+    return rows

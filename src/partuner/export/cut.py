@@ -1,0 +1,212 @@
+"""Cut a model into standalone ONNX sub-models, the way ``onnx.utils.Extractor`` does.
+
+Each sub-model keeps the source's node order, opsets, IR version and functions; carries only the
+initializers it reads; declares every boundary value with its dtype and static shape; and passes
+``onnx.checker``. Constant nodes (see ``ModelGraph.is_constant``) are free: every sub-model that reads one gets its own copy,
+so no constant ever crosses a unit boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from partuner.errors import PartitionCycleError, PlanFileError
+from partuner.graph import ModelGraph
+
+__all__ = ["PartitionModel", "cut", "cut_nodes", "partition_order"]
+
+
+@dataclass
+class PartitionModel:
+    """One partition as a standalone ONNX model."""
+
+    name: str
+    unit: str
+    nodes: tuple[str, ...]
+    model: onnx.ModelProto
+    inputs: list[str]  # boundary values read (graph inputs or other partitions' outputs)
+    outputs: list[str]  # values other partitions or the caller read
+
+
+def _value_info(graph: ModelGraph, name: str) -> onnx.ValueInfoProto:
+    v = graph.values[name]
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(v.dtype))
+    return helper.make_tensor_value_info(name, elem, list(v.shape))
+
+
+def cut_nodes(
+    graph: ModelGraph,
+    name: str,
+    node_names: Iterable[str],
+    *,
+    extra_outputs: Iterable[str] = (),
+    check: bool = True,
+) -> tuple[onnx.ModelProto, list[str], list[str]]:
+    """Cut the nodes ``node_names`` out of ``graph`` as one standalone model.
+
+    Parameters
+    ----------
+    graph : the loaded model.
+    name : the sub-model's graph name.
+    node_names : the nodes to keep (any order; kept in the source's order).
+    extra_outputs : values produced inside that must be outputs even if nothing outside reads
+        them (the caller knows which values other partitions need).
+    check : run ``onnx.checker`` on the result.
+
+    Returns
+    -------
+    (model, input names, output names)
+
+    Raises
+    ------
+    PlanFileError : a node name is not in the model.
+    """
+    wanted = set(node_names)
+    for n in wanted:
+        if not graph.has_node(n):
+            raise PlanFileError(f"node {n!r} is not in the model {graph.source}")
+    src = graph.model.graph
+    # Constant producers of the kept nodes' inputs come along (copied into each sub-model).
+    stack = list(wanted)
+    while stack:
+        for v in graph.node(stack.pop()).inputs:
+            p = graph.values[v].producer if v else None
+            if p is not None and p not in wanted and graph.is_constant(p):
+                wanted.add(p)
+                stack.append(p)
+    protos = [nd for nd in src.node if nd.name in wanted]
+    produced = {o for nd in protos for o in nd.output if o}
+    inits = {t.name: t for t in src.initializer}
+    inputs: list[str] = []
+    used_inits: list[str] = []
+    for nd in protos:
+        for v in nd.input:
+            if not v or v in produced:
+                continue
+            if v in inits:
+                if v not in used_inits:
+                    used_inits.append(v)
+            elif v not in inputs:
+                inputs.append(v)
+    extra = set(extra_outputs)
+    outputs: list[str] = []
+    for nd in protos:
+        for v in nd.output:
+            if not v:
+                continue
+            info = graph.values.get(v)
+            if info is None:
+                continue
+            leaves = info.is_graph_output or v in extra
+            leaves = leaves or any(
+                c not in wanted and not graph.is_constant(c) for c in info.consumers
+            )
+            if leaves and v not in outputs:
+                outputs.append(v)
+    g = helper.make_graph(
+        nodes=protos,
+        name=name,
+        inputs=[_value_info(graph, v) for v in inputs],
+        outputs=[_value_info(graph, v) for v in outputs],
+        initializer=[inits[v] for v in used_inits],
+        value_info=[
+            _value_info(graph, o)
+            for nd in protos
+            for o in nd.output
+            if o and o not in outputs and o in graph.values
+        ],
+    )
+    m = helper.make_model(
+        g,
+        opset_imports=list(graph.model.opset_import),
+        ir_version=graph.model.ir_version,
+        producer_name="partuner",
+    )
+    m.functions.extend(graph.model.functions)
+    if check:
+        onnx.checker.check_model(m)
+    return m, inputs, outputs
+
+
+def partition_order(
+    graph: ModelGraph, parts: Sequence[tuple[str, Sequence[str]]]
+) -> dict[str, set[str]]:
+    """Dependencies between partitions: ``{partition: {partitions it reads from}}``.
+
+    Raises
+    ------
+    PartitionCycleError : the partitions depend on each other cyclically (names both).
+    """
+    owner: dict[str, str] = {}
+    for pname, nodes in parts:
+        for n in nodes:
+            owner[n] = pname
+    deps: dict[str, set[str]] = {p: set() for p, _ in parts}
+    for pname, nodes in parts:
+        for n in nodes:
+            for pred in graph.predecessors(n):
+                q = owner.get(pred)
+                if q is not None and q != pname:
+                    deps[pname].add(q)
+    # Kahn's algorithm; report a cycle by two partitions on it.
+    indeg = {p: len(d) for p, d in deps.items()}
+    users: dict[str, list[str]] = {p: [] for p in deps}
+    for p, d in deps.items():
+        for q in d:
+            users[q].append(p)
+    ready = [p for p, k in indeg.items() if k == 0]
+    seen = 0
+    while ready:
+        p = ready.pop()
+        seen += 1
+        for u in users[p]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                ready.append(u)
+    if seen != len(deps):
+        stuck = [p for p, k in indeg.items() if k > 0]
+        a = stuck[0]
+        b = next((q for q in deps[a] if q in stuck), stuck[-1])
+        raise PartitionCycleError(
+            f"partitions {a!r} and {b!r} depend on each other (a cycle through other units); "
+            "re-plan, or split them so each partition's inputs are ready before it starts"
+        )
+    return deps
+
+
+def cut(graph: ModelGraph, partitions: Sequence[object], *, check: bool = True) -> list[PartitionModel]:
+    """Cut ``graph`` along ``partitions`` (objects with ``name``, ``unit``, ``nodes``).
+
+    Constant nodes (``graph.is_constant``) need not be listed: they are copied into each partition that reads them.
+    Every non-constant node must be in exactly one partition.
+    """
+    seen: dict[str, str] = {}
+    for p in partitions:
+        for n in p.nodes:  # type: ignore[attr-defined]
+            if not graph.has_node(n):
+                raise PlanFileError(
+                    f"partition {p.name!r} names node {n!r}, which is not in {graph.source}; "  # type: ignore[attr-defined]
+                    "is the plan for another model?"
+                )
+            if n in seen:
+                raise PlanFileError(
+                    f"node {n!r} is in partitions {seen[n]!r} and {p.name!r}"  # type: ignore[attr-defined]
+                )
+            seen[n] = p.name  # type: ignore[attr-defined]
+    missing = [n.name for n in graph.compute_nodes if n.name not in seen]
+    if missing:
+        raise PlanFileError(
+            f"the plan leaves {len(missing)} node(s) of {graph.source} unplaced, e.g. "
+            f"{missing[:3]}; is the plan for another model?"
+        )
+    partition_order(graph, [(p.name, p.nodes) for p in partitions])  # type: ignore[attr-defined]
+    out = []
+    for p in partitions:
+        m, ins, outs = cut_nodes(graph, p.name, p.nodes, check=check)  # type: ignore[attr-defined]
+        out.append(PartitionModel(p.name, p.unit, tuple(p.nodes), m, ins, outs))  # type: ignore[attr-defined]
+    return out

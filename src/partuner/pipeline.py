@@ -1,0 +1,281 @@
+"""The stages glued together: model + units -> profile -> problem -> plan -> partitions -> run.
+
+The CLI's ``tune`` is :func:`tune`; each step is also a function of its own so that the Python
+API can stop anywhere (e.g. plan without running).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from partuner.errors import PartunerError, PlanFileError
+from partuner.export import PartitionModel, PartitionSpec, PlanFile, cut, export_plan
+from partuner.graph import ModelGraph
+from partuner.plan import Edge, Link, Plan, Problem, get_scheduler, plan_from_assignment
+from partuner.plan import lower_bound as problem_lower_bound
+from partuner.plan import plan_from_schedule
+from partuner.profile import Profile
+from partuner.profile.measure import random_feeds
+from partuner.runtime import CheckResult, Session, check_outputs
+from partuner.units import UnitSet
+
+__all__ = [
+    "build_problem",
+    "make_plan",
+    "plan_file",
+    "plan_from_file",
+    "reference_outputs",
+    "measure_session",
+    "measure_whole",
+    "RunStats",
+    "TuneResult",
+]
+
+log = logging.getLogger(__name__)
+
+
+def build_problem(graph: ModelGraph, units: UnitSet, profile: Profile) -> Problem:
+    """The planner's view of ``graph`` on ``units`` with ``profile``'s costs."""
+    names = [n.name for n in graph.compute_nodes]
+    unit_names = [u for u in units.units if u in profile.units]
+    keep = set(names)
+    pairs: dict[tuple[str, str], dict[str, int]] = {}
+    for src, dst, value, nbytes in graph.edges():
+        if src in keep and dst in keep:
+            pairs.setdefault((src, dst), {})[value] = nbytes
+    edges = [Edge(s, d, sum(vals.values()), tuple(vals)) for (s, d), vals in pairs.items()]
+    links = {
+        pair: Link(link.latency_us, link.gbps) for pair, link in profile.links.items()
+    }
+    return Problem(
+        nodes=names,
+        units=unit_names,
+        cost={n: {u: profile.costs[n][u] for u in unit_names} for n in names},
+        edges=edges,
+        links=links,
+        default_link=Link(units.default_link.latency_us, units.default_link.gbps),
+        call_overhead_us={u: profile.units[u].overhead_us for u in unit_names},
+        modeled=frozenset(u for u in unit_names if profile.units[u].modeled),
+        name=Path(graph.source).name,
+    )
+
+
+def make_plan(problem: Problem, scheduler: str = "auto", *, time_limit: float | None = None
+              ) -> tuple[Plan, dict[str, Plan]]:
+    """Plan with ``scheduler``; ``"auto"`` runs every built-in one and keeps the fastest.
+
+    Returns the chosen plan and every plan computed, by scheduler name. Plans are compared by
+    their predicted latency as partitions (call overheads and transfers included).
+    """
+    from partuner.plan import scheduler_names
+
+    names = scheduler_names() if scheduler == "auto" else [scheduler]
+    plans: dict[str, Plan] = {}
+    for name in names:
+        sched = get_scheduler(name)
+        t0 = time.perf_counter()
+        s = sched.schedule(problem, time_limit=time_limit)
+        s.validate(problem)
+        plan = plan_from_schedule(problem, s)
+        plan.solve_s = time.perf_counter() - t0  # type: ignore[attr-defined]
+        plans[name] = plan
+    best = min(plans.values(), key=lambda p: (p.predicted_us, len(p.partitions)))
+    return best, plans
+
+
+def plan_file(plan: Plan, graph: ModelGraph, units: UnitSet) -> PlanFile:
+    """The file form of ``plan`` (NEST-C keys + partuner's section)."""
+    return PlanFile(
+        partitions=[PartitionSpec(p.name, p.unit, tuple(p.nodes), p.start_us, p.end_us)
+                    for p in plan.partitions],
+        model=Path(graph.source).name,
+        input_shapes={k: list(graph.values[k].shape) for k in graph.inputs},
+        scheduler=plan.scheduler,
+        status=plan.status,
+        predicted_us=plan.predicted_us,
+        lower_bound_us=plan.lower_bound_us,
+        modeled=plan.modeled,
+        units={u: units[u].describe() for u in plan.units},
+        parallel=plan.parallel_groups(),
+    )
+
+
+def plan_from_file(pf: PlanFile, graph: ModelGraph, units: UnitSet,
+                   problem: Problem | None = None) -> PlanFile:
+    """Check an imported plan against the model and units; re-predict it if a problem is given."""
+    unknown = sorted({p.unit for p in pf.partitions} - set(units.units))
+    if unknown:
+        raise PlanFileError(
+            f"plan {pf.source} uses unit(s) {unknown} that the units file does not define "
+            f"(known: {list(units.units)}); pass the units file the plan was made with"
+        )
+    for name, dims in pf.input_shapes.items():
+        if name in graph.values and list(graph.values[name].shape) != list(dims):
+            raise PlanFileError(
+                f"plan {pf.source} was made for input {name!r} of shape {dims}, the model has "
+                f"{list(graph.values[name].shape)}; is the plan for another model?"
+            )
+    cut(graph, pf.partitions, check=False)  # names every unknown/missing node
+    if problem is not None:
+        plan = plan_from_assignment(problem, pf.node_unit)
+        pf.predicted_us = plan.predicted_us
+    return pf
+
+
+def reference_outputs(graph: ModelGraph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Outputs of the unpartitioned model on onnxruntime's CPU provider, f32, all cores."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(graph.model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    outs = sess.run(list(graph.outputs), feeds)
+    return dict(zip(graph.outputs, outs, strict=True))
+
+
+@dataclass
+class RunStats:
+    """Measured latency over repeated runs, in ms."""
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    runs: int
+    partition_ms: dict[str, float] = field(default_factory=dict)  # median per partition
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"median_ms": self.median_ms, "p10_ms": self.p10_ms, "p90_ms": self.p90_ms,
+                "runs": self.runs, "partition_ms": self.partition_ms}
+
+
+def _stats(samples: Sequence[float]) -> tuple[float, float, float]:
+    arr = np.asarray(samples) * 1e3
+    return float(np.median(arr)), float(np.percentile(arr, 10)), float(np.percentile(arr, 90))
+
+
+def measure_session(session: Session, feeds: dict[str, np.ndarray], repeat: int,
+                    warmup: int = 3) -> tuple[RunStats, dict[str, np.ndarray]]:
+    """Run ``session`` ``warmup + repeat`` times; latency statistics and the last outputs."""
+    outs: list[np.ndarray] = []
+    for _ in range(warmup):
+        outs = session.run(None, feeds)
+    samples: list[float] = []
+    per_part: dict[str, list[float]] = {}
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        outs = session.run(None, feeds)
+        samples.append(time.perf_counter() - t0)
+        for t in session.last_trace:
+            per_part.setdefault(t.partition, []).append((t.end_s - t.start_s) * 1e3)
+    med, p10, p90 = _stats(samples)
+    return (
+        RunStats(med, p10, p90, repeat,
+                 {k: statistics.median(v) for k, v in per_part.items()}),
+        dict(zip(session.graph.outputs, outs, strict=True)),
+    )
+
+
+def measure_whole(graph: ModelGraph, feeds: dict[str, np.ndarray], threads: int, repeat: int,
+                  warmup: int = 3) -> RunStats:
+    """Plain onnxruntime on the whole model with ``threads`` intra-op threads (a baseline)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(graph.model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    for _ in range(warmup):
+        sess.run(None, feeds)
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        samples.append(time.perf_counter() - t0)
+    med, p10, p90 = _stats(samples)
+    return RunStats(med, p10, p90, repeat)
+
+
+@dataclass
+class TuneResult:
+    """Everything ``partuner tune`` found, measured and wrote."""
+
+    plan: Plan
+    plans: dict[str, Plan]
+    lower_bound_us: float
+    profile: Profile
+    measured: RunStats | None  # None when the plan uses a modeled unit
+    single_unit: str
+    single_measured: RunStats | None
+    ort_all_cores: RunStats
+    check: CheckResult
+    outdir: Path
+    files: list[str]
+
+
+def tune(
+    graph: ModelGraph,
+    units: UnitSet,
+    profile: Profile,
+    outdir: str | Path,
+    *,
+    scheduler: str = "auto",
+    repeat: int = 30,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> TuneResult:
+    """Plan, export, run and check ``graph`` on ``units`` with ``profile``'s costs."""
+    say = progress or (lambda _msg: None)
+    problem = build_problem(graph, units, profile)
+    problem.validate()
+    say("planning")
+    plan, plans = make_plan(problem, scheduler)
+    pf = plan_file(plan, graph, units)
+    say("exporting")
+    outdir = Path(outdir)
+    parts: list[PartitionModel] = export_plan(graph, pf, outdir)
+    feeds = random_feeds(graph, list(graph.inputs), seed=seed)
+    say("running the plan")
+    ref = reference_outputs(graph, feeds)
+    measured: RunStats | None = None
+    with Session(graph, parts, units) as sess:
+        stats, got = measure_session(sess, feeds, repeat)
+        if not plan.modeled:
+            measured = stats
+    precisions = [units[u].precision for u in plan.units]
+    check = check_outputs(ref, got, precisions)
+    single = plans.get("single") or make_plan(problem, "single")[1]["single"]
+    single_unit = single.partitions[0].unit if single.partitions else ""
+    single_measured = None
+    if single_unit and not units[single_unit].modeled:
+        say("running the best single unit")
+        sparts = cut(graph, single.partitions)
+        with Session(graph, sparts, units) as sess:
+            single_measured, _ = measure_session(sess, feeds, repeat)
+    say("running plain onnxruntime")
+    ort_all = measure_whole(graph, feeds, os.cpu_count() or 1, repeat)
+    files = sorted(str(p.relative_to(outdir)) for p in outdir.rglob("*") if p.is_file())
+    lb = problem_lower_bound(problem)
+    return TuneResult(plan, plans, lb, profile, measured, single_unit, single_measured, ort_all,
+                      check, outdir, files)
+
+
+def predicted_ms(plan: Plan) -> float:
+    return plan.predicted_us / 1000.0 if math.isfinite(plan.predicted_us) else math.inf
+
+
+def ensure(cond: bool, message: str) -> None:
+    if not cond:
+        raise PartunerError(message)

@@ -1,0 +1,111 @@
+"""Compare a plan's outputs with the unpartitioned model's, with a rule set by unit precision."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+__all__ = ["CheckResult", "OutputCheck", "check_outputs", "tolerance_for"]
+
+# Pass rules: max |got - ref| <= atol + rtol * max|ref|, and cosine >= min_cosine.
+_RULES = {
+    "f32": {"atol": 1e-5, "rtol": 1e-4, "min_cosine": 0.99999},
+    "f16": {"atol": 1e-3, "rtol": 2e-2, "min_cosine": 0.999},
+    "bf16": {"atol": 1e-2, "rtol": 1e-1, "min_cosine": 0.99},
+}
+
+
+def tolerance_for(precisions: Iterable[str]) -> tuple[str, dict[str, float]]:
+    """The loosest rule among the units' precisions (a plan is as exact as its least exact unit).
+
+    Examples
+    --------
+    >>> tolerance_for(["f32", "bf16"])[0]
+    'bf16'
+    """
+    order = ["f32", "f16", "bf16"]
+    worst = "f32"
+    for p in precisions:
+        p = p if p in _RULES else "bf16"
+        if order.index(p) > order.index(worst):
+            worst = p
+    return worst, dict(_RULES[worst])
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    name: str
+    max_abs: float
+    max_rel: float  # max |diff| / max |ref|
+    cosine: float
+    top1_agree: float | None  # fraction of rows whose argmax agrees (None for scalars)
+    passed: bool
+
+
+@dataclass
+class CheckResult:
+    passed: bool
+    precision: str
+    rule: str
+    outputs: list[OutputCheck] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"passed": self.passed, "precision": self.precision, "rule": self.rule,
+                "outputs": [asdict(o) for o in self.outputs]}
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a64, b64 = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    na, nb = np.linalg.norm(a64), np.linalg.norm(b64)
+    if na == 0 and nb == 0:
+        return 1.0
+    if na == 0 or nb == 0:
+        return 0.0
+    return float(np.dot(a64, b64) / (na * nb))
+
+
+def check_outputs(
+    reference: Mapping[str, np.ndarray],
+    got: Mapping[str, np.ndarray],
+    precisions: Iterable[str] = ("f32",),
+) -> CheckResult:
+    """Compare ``got`` with ``reference`` output by output.
+
+    Examples
+    --------
+    >>> ref = {"y": np.array([[1.0, 2.0, 3.0]], dtype=np.float32)}
+    >>> check_outputs(ref, {"y": ref["y"] + 1e-7}).passed
+    True
+    >>> check_outputs(ref, {"y": ref["y"][:, ::-1].copy()}).passed
+    False
+    """
+    precision, rule = tolerance_for(precisions)
+    text = (f"{precision}: max|diff| <= {rule['atol']:g} + {rule['rtol']:g}*max|ref| and "
+            f"cosine >= {rule['min_cosine']:g}")
+    checks = []
+    for name, ref in reference.items():
+        out = got[name]
+        if out.shape != ref.shape:
+            checks.append(OutputCheck(name, float("inf"), float("inf"), 0.0, None, False))
+            continue
+        if ref.dtype.kind not in "fc":
+            same = bool(np.array_equal(ref, out))
+            checks.append(OutputCheck(name, 0.0 if same else float("inf"),
+                                      0.0 if same else float("inf"), 1.0 if same else 0.0,
+                                      None, same))
+            continue
+        diff = np.abs(out.astype(np.float64) - ref.astype(np.float64))
+        max_abs = float(diff.max()) if diff.size else 0.0
+        scale = float(np.abs(ref).max()) if ref.size else 0.0
+        max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
+        cos = _cosine(ref, out)
+        top1 = None
+        if ref.ndim >= 2 and ref.shape[-1] > 1:
+            r = ref.reshape(-1, ref.shape[-1]).argmax(-1)
+            o = out.reshape(-1, out.shape[-1]).argmax(-1)
+            top1 = float((r == o).mean())
+        ok = max_abs <= rule["atol"] + rule["rtol"] * scale and cos >= rule["min_cosine"]
+        checks.append(OutputCheck(name, max_abs, max_rel, cos, top1, bool(ok)))
+    return CheckResult(all(c.passed for c in checks), precision, text, checks)

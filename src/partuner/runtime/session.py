@@ -1,0 +1,252 @@
+"""Run a partitioned model: one worker thread per unit, partitions started when inputs are ready.
+
+``Session`` looks like onnxruntime's ``InferenceSession``: ``run(output_names, feeds)``.
+
+Each unit gets one long-lived worker thread that runs that unit's partitions in plan order; a
+partition waits until every partition it reads from has finished, then runs. Tensors are handed
+from partition to partition as the same numpy arrays (units in one process share host memory; no
+copy is made). onnxruntime and OpenVINO release the GIL while they compute, so partitions on
+different units run at the same time. An error in any partition stops the run promptly and is
+raised in the caller with the partition and unit named; ``timeout_s`` bounds each run; ``close()``
+(or leaving a ``with`` block) stops every worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from partuner.errors import PartunerError, RuntimeFailure
+from partuner.export.cut import PartitionModel
+from partuner.graph import ModelGraph
+from partuner.units import Runner, UnitSet
+
+__all__ = ["Session", "PartitionTrace", "validate_feeds"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PartitionTrace:
+    """When one partition ran in the last ``run`` (seconds since the run started)."""
+
+    partition: str
+    unit: str
+    start_s: float
+    end_s: float
+
+
+class _Run:
+    """State of one inference: values, per-partition completion, the first error."""
+
+    def __init__(self, feeds: Mapping[str, np.ndarray], n_parts: int) -> None:
+        self.values: dict[str, np.ndarray] = dict(feeds)
+        self.done = [threading.Event() for _ in range(n_parts)]
+        self.error: BaseException | None = None
+        self.failed_part: str | None = None
+        self.aborted = threading.Event()
+        self.t0 = time.perf_counter()
+        self.trace: list[PartitionTrace] = []
+        self.lock = threading.Lock()
+
+    def fail(self, part: str, exc: BaseException) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error, self.failed_part = exc, part
+        self.aborted.set()
+        for e in self.done:  # wake every waiter; they check `aborted`
+            e.set()
+
+
+def validate_feeds(graph: ModelGraph, feeds: Mapping[str, np.ndarray]) -> None:
+    """Check names, dtypes and shapes of ``feeds`` against the model's inputs."""
+    expected = list(graph.inputs)
+    unknown = [k for k in feeds if k not in expected]
+    if unknown:
+        raise PartunerError(f"unknown input(s) {unknown}; the model's inputs are {expected}")
+    missing = [k for k in expected if k not in feeds]
+    if missing:
+        raise PartunerError(f"missing input(s) {missing}; the model's inputs are {expected}")
+    for k in expected:
+        v = graph.values[k]
+        a = feeds[k]
+        if not isinstance(a, np.ndarray):
+            raise PartunerError(f"input {k!r} must be a numpy array, got {type(a).__name__}")
+        if str(a.dtype) != v.dtype or tuple(a.shape) != v.shape:
+            raise PartunerError(
+                f"input {k!r} expects {v.dtype} {list(v.shape)}, got {a.dtype} {list(a.shape)}"
+            )
+
+
+class Session:
+    """Run partition sub-models on their units concurrently.
+
+    Parameters
+    ----------
+    graph : the loaded model (for input checks and output names).
+    partitions : the partitions, in a topological order (as ``export.cut`` returns them).
+    units : the unit set naming every partition's unit.
+    timeout_s : default bound on one ``run``.
+    """
+
+    def __init__(
+        self,
+        graph: ModelGraph,
+        partitions: Sequence[PartitionModel],
+        units: UnitSet,
+        *,
+        timeout_s: float = 60.0,
+    ) -> None:
+        self.graph = graph
+        self.partitions = list(partitions)
+        self.timeout_s = timeout_s
+        self.last_trace: list[PartitionTrace] = []
+        self._closed = False
+        producer: dict[str, int] = {}
+        for i, p in enumerate(self.partitions):
+            for v in p.outputs:
+                producer[v] = i
+        self._deps: list[list[int]] = []
+        for p in self.partitions:
+            self._deps.append(sorted({producer[v] for v in p.inputs if v in producer}))
+        missing = [o for o in graph.outputs if o not in producer]
+        if missing:
+            raise PartunerError(f"no partition produces the model output(s) {missing}")
+        self._out_part = producer
+        self._runners: list[Runner] = []
+        self._threads: list[threading.Thread] = []
+        self._queues: dict[str, queue.SimpleQueue] = {}
+        try:
+            for p in self.partitions:
+                unit = units[p.unit]
+                try:
+                    self._runners.append(unit.prepare(p.model))
+                except PartunerError:
+                    raise
+                except Exception as exc:
+                    raise RuntimeFailure(
+                        f"unit {p.unit!r} could not prepare partition {p.name!r}: "
+                        f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+                    ) from None
+            by_unit: dict[str, list[int]] = {}
+            for i, p in enumerate(self.partitions):
+                by_unit.setdefault(p.unit, []).append(i)
+            for unit_name, idxs in by_unit.items():
+                q: queue.SimpleQueue = queue.SimpleQueue()
+                self._queues[unit_name] = q
+                t = threading.Thread(
+                    target=self._worker, args=(unit_name, idxs, q),
+                    name=f"partuner-{unit_name}", daemon=True,
+                )
+                t.start()
+                self._threads.append(t)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- worker side -----------------------------------------------------------------------
+    def _worker(self, unit: str, idxs: list[int], q: queue.SimpleQueue) -> None:
+        while True:
+            run = q.get()
+            if run is None:
+                return
+            for i in idxs:
+                if run.aborted.is_set():
+                    break
+                part = self.partitions[i]
+                for d in self._deps[i]:
+                    run.done[d].wait()
+                if run.aborted.is_set():
+                    break
+                try:
+                    t0 = time.perf_counter()
+                    outs = self._runners[i].run({v: run.values[v] for v in part.inputs})
+                    t1 = time.perf_counter()
+                    for v in part.outputs:
+                        run.values[v] = outs[v]
+                    run.trace.append(PartitionTrace(part.name, unit, t0 - run.t0, t1 - run.t0))
+                except BaseException as exc:  # surfaces in the caller
+                    run.fail(part.name, exc)
+                    break
+                run.done[i].set()
+
+    # -- caller side -----------------------------------------------------------------------
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        feeds: Mapping[str, np.ndarray],
+        *,
+        timeout_s: float | None = None,
+    ) -> list[np.ndarray]:
+        """Run the model; returns the requested outputs (all when ``None``) in order."""
+        if self._closed:
+            raise RuntimeFailure("this Session is closed; create a new one")
+        validate_feeds(self.graph, feeds)
+        names = list(output_names) if output_names is not None else list(self.graph.outputs)
+        for n in names:
+            if n not in self._out_part:
+                raise PartunerError(f"unknown output {n!r}; the model's outputs are "
+                                    f"{self.graph.outputs}")
+        run = _Run(feeds, len(self.partitions))
+        for q in self._queues.values():
+            q.put(run)
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.perf_counter() + limit
+        for n in names:
+            i = self._out_part[n]
+            if not run.done[i].wait(max(deadline - time.perf_counter(), 0.0)):
+                part = self.partitions[i]
+                run.fail(part.name, TimeoutError())
+                self.close()
+                raise RuntimeFailure(
+                    f"run timed out after {limit:g} s waiting for partition {part.name!r} on "
+                    f"unit {part.unit!r}; the session was closed"
+                )
+            if run.error is not None:
+                break
+        if run.error is not None:
+            part = next(p for p in self.partitions if p.name == run.failed_part)
+            err = run.error
+            raise RuntimeFailure(
+                f"partition {part.name!r} on unit {part.unit!r} failed: "
+                f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300] if str(err).strip() else ''}"
+            ) from err
+        # Every worker has finished its share once all outputs exist only if all partitions
+        # lead to an output; wait for the rest so the next run starts clean.
+        for e in run.done:
+            e.wait(max(deadline - time.perf_counter(), 0.0))
+        self.last_trace = sorted(run.trace, key=lambda t: t.start_s)
+        return [run.values[n] for n in names]
+
+    def close(self) -> None:
+        """Stop the workers and release the backends' sessions. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for q in self._queues.values():
+            q.put(None)
+        for t in self._threads:
+            t.join(timeout=5.0)
+        for r in self._runners:
+            try:
+                r.close()
+            except Exception:  # closing must not mask the error that brought us here
+                log.debug("runner close failed", exc_info=True)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

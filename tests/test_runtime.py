@@ -1,0 +1,120 @@
+"""The concurrent runtime: equal outputs, errors named, timeouts, no threads left behind."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from partuner.errors import PartunerError, RuntimeFailure
+from partuner.export import PartitionSpec, cut
+from partuner.profile import random_feeds
+from partuner.runtime import Session, check_outputs
+from partuner.units import Runner, load_units
+
+
+def _split_by_branch(graph):
+    """Alternate units node by node: many partitions, both units busy, many hand-overs."""
+    names = [n.name for n in graph.compute_nodes]
+    return [PartitionSpec(f"p{i}", f"cpu{i % 2}", (n,)) for i, n in enumerate(names)]
+
+
+def _reference(graph, feeds):
+    s = ort.InferenceSession(graph.model.SerializeToString())
+    return dict(zip(graph.outputs, s.run(None, feeds), strict=True))
+
+
+def _partuner_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("partuner-")]
+
+
+def test_session_matches_the_whole_model(branchy, units_file):
+    units = load_units(units_file)
+    parts = cut(branchy, _split_by_branch(branchy))
+    feeds = random_feeds(branchy, list(branchy.inputs), seed=3)
+    ref = _reference(branchy, feeds)
+    with Session(branchy, parts, units) as sess:
+        for _ in range(3):  # repeated runs reuse the workers
+            (out,) = sess.run(None, feeds)
+            np.testing.assert_allclose(out, ref[branchy.outputs[0]], rtol=1e-5, atol=1e-5)
+        assert {t.unit for t in sess.last_trace} == {"cpu0", "cpu1"}
+        assert len(sess.last_trace) == len(parts)
+        # every partition started after the ones it reads from ended
+        end = {t.partition: t.end_s for t in sess.last_trace}
+        start = {t.partition: t.start_s for t in sess.last_trace}
+        producer = {v: p.name for p in parts for v in p.outputs}
+        for p in parts:
+            for v in p.inputs:
+                if v in producer:
+                    assert start[p.name] >= end[producer[v]]
+    assert not _partuner_threads()
+    assert check_outputs(ref, {branchy.outputs[0]: out}).passed
+
+
+def test_wrong_feeds_say_expected_and_given(branchy, units_file):
+    units = load_units(units_file)
+    parts = cut(branchy, _split_by_branch(branchy)[:0] or
+                [PartitionSpec("p0", "cpu0", tuple(n.name for n in branchy.compute_nodes))])
+    with Session(branchy, parts, units) as sess:
+        x = np.zeros((1, 3, 16, 16), np.float32)
+        with pytest.raises(PartunerError, match=r"expects float32 \[1, 3, 32, 32\], got float32 "
+                                                r"\[1, 3, 16, 16\]"):
+            sess.run(None, {"input": x})
+        with pytest.raises(PartunerError, match="unknown input"):
+            sess.run(None, {"nope": x})
+        with pytest.raises(PartunerError, match="unknown output"):
+            sess.run(["nope"], {"input": np.zeros((1, 3, 32, 32), np.float32)})
+
+
+class _Boom(Runner):
+    input_names: list[str] = []
+    output_names: list[str] = []
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+
+    def run(self, feeds):
+        if self.delay:
+            threading.Event().wait(self.delay)
+            return {}
+        raise ValueError("kaboom")
+
+
+def test_worker_error_names_the_partition(branchy, units_file, monkeypatch):
+    units = load_units(units_file)
+    parts = cut(branchy, _split_by_branch(branchy))
+    feeds = random_feeds(branchy, list(branchy.inputs))
+    sess = Session(branchy, parts, units)
+    sess._runners[5] = _Boom()
+    with pytest.raises(RuntimeFailure, match=rf"partition 'p5' on unit 'cpu1' failed: "
+                                             r"ValueError: kaboom"):
+        sess.run(None, feeds)
+    sess.close()
+    assert not _partuner_threads()
+
+
+def test_timeout_stops_the_run(branchy, units_file):
+    units = load_units(units_file)
+    parts = cut(branchy, _split_by_branch(branchy))
+    feeds = random_feeds(branchy, list(branchy.inputs))
+    sess = Session(branchy, parts, units)
+    sess._runners[2] = _Boom(delay=2.0)
+    with pytest.raises(RuntimeFailure, match="timed out after 0.2 s"):
+        sess.run(None, feeds, timeout_s=0.2)
+    with pytest.raises(RuntimeFailure, match="closed"):
+        sess.run(None, feeds)
+    for t in threading.enumerate():
+        if t.name.startswith("partuner-"):
+            t.join(3.0)
+    assert not _partuner_threads()
+
+
+def test_check_rules_by_precision():
+    ref = {"y": np.linspace(-1, 1, 1000, dtype=np.float32).reshape(1, 1000)}
+    noisy = {"y": ref["y"] + np.float32(3e-3)}
+    assert not check_outputs(ref, noisy, ["f32"]).passed
+    res = check_outputs(ref, noisy, ["f32", "bf16"])
+    assert res.passed and res.precision == "bf16"
+    assert res.outputs[0].top1_agree == 1.0
