@@ -39,8 +39,10 @@ def _alternating(graph, k=3):
     """Split the compute nodes into k consecutive chunks (a valid, acyclic cut)."""
     names = [n.name for n in graph.compute_nodes]
     step = -(-len(names) // k)
-    return [PartitionSpec(f"p{i}", f"cpu{i % 2}", tuple(names[i * step:(i + 1) * step]))
-            for i in range(k)]
+    return [
+        PartitionSpec(f"p{i}", f"cpu{i % 2}", tuple(names[i * step : (i + 1) * step]))
+        for i in range(k)
+    ]
 
 
 def test_chained_partitions_equal_the_whole_model(branchy):
@@ -83,17 +85,25 @@ def test_unknown_and_missing_nodes_are_named(branchy):
     with pytest.raises(PlanFileError, match="unplaced"):
         cut(branchy, [PartitionSpec("p0", "cpu0", tuple(names[:-1]))])
     with pytest.raises(PlanFileError, match="in partitions"):
-        cut(branchy, [PartitionSpec("p0", "cpu0", tuple(names)),
-                      PartitionSpec("p1", "cpu1", (names[0],))])
+        cut(
+            branchy,
+            [PartitionSpec("p0", "cpu0", tuple(names)), PartitionSpec("p1", "cpu1", (names[0],))],
+        )
 
 
 def test_plan_file_round_trip_and_nestc_keys(tmp_path, branchy):
     specs = _alternating(branchy, 3)
-    pf = PlanFile(partitions=specs, model="branchy.onnx", input_shapes={"input": [1, 3, 32, 32]},
-                  scheduler="heft", status="heuristic", predicted_us=1234.5,
-                  lower_bound_us=1000.0, units={"cpu0": {"backend": "onnxruntime"},
-                                                "cpu1": {"backend": "onnxruntime"}},
-                  parallel=[["p1", "p2"]])
+    pf = PlanFile(
+        partitions=specs,
+        model="branchy.onnx",
+        input_shapes={"input": [1, 3, 32, 32]},
+        scheduler="heft",
+        status="heuristic",
+        predicted_us=1234.5,
+        lower_bound_us=1000.0,
+        units={"cpu0": {"backend": "onnxruntime"}, "cpu1": {"backend": "onnxruntime"}},
+        parallel=[["p1", "p2"]],
+    )
     path = tmp_path / "plan.yaml"
     write_plan(pf, path)
     doc = __import__("yaml").safe_load(path.read_text())
@@ -111,9 +121,12 @@ def test_plan_file_round_trip_and_nestc_keys(tmp_path, branchy):
 def test_nestc_only_plan_is_read(tmp_path, branchy):
     names = [n.name for n in branchy.compute_nodes]
     items = [f"{n}-{0 if i < 10 else 1}" for i, n in enumerate(names)]
-    text = ("funcName: branchy\nnumOfPartitions: 2\nbackendNames: cpu0:cpu1\n"
-            "partitionNames: p0:p1\nnodeToPartition: " + ":".join(items) +
-            "\nlogicalIDs: 0:1\nparallelPartitions: \n")
+    text = (
+        "funcName: branchy\nnumOfPartitions: 2\nbackendNames: cpu0:cpu1\n"
+        "partitionNames: p0:p1\nnodeToPartition: "
+        + ":".join(items)
+        + "\nlogicalIDs: 0:1\nparallelPartitions: \n"
+    )
     path = tmp_path / "nestc.yaml"
     path.write_text(text)
     pf = read_plan(path)
@@ -122,13 +135,16 @@ def test_nestc_only_plan_is_read(tmp_path, branchy):
     assert len(cut(branchy, pf.partitions)) == 2
 
 
-@pytest.mark.parametrize("text, match", [
-    ("[1, 2", "not valid YAML"),
-    ("- a\n- b\n", "expected a YAML mapping"),
-    ("funcName: x\n", "no `backendNames`"),
-    ("backendNames: a:b\npartitionNames: p0\nnodeToPartition: n-0\n", "1 partitionNames but 2"),
-    ("backendNames: a\npartitionNames: p0\nnodeToPartition: n-3\n", "only 1"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("[1, 2", "not valid YAML"),
+        ("- a\n- b\n", "expected a YAML mapping"),
+        ("funcName: x\n", "no `backendNames`"),
+        ("backendNames: a:b\npartitionNames: p0\nnodeToPartition: n-0\n", "1 partitionNames but 2"),
+        ("backendNames: a\npartitionNames: p0\nnodeToPartition: n-3\n", "only 1"),
+    ],
+)
 def test_bad_plan_files(tmp_path, text, match):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
@@ -139,12 +155,16 @@ def test_bad_plan_files(tmp_path, text, match):
 
 
 def test_export_folder(tmp_path, branchy):
-    pf = PlanFile(partitions=_alternating(branchy, 3), model="branchy.onnx",
-                  parallel=[["p0", "p1"]])
+    pf = PlanFile(
+        partitions=_alternating(branchy, 3), model="branchy.onnx", parallel=[["p0", "p1"]]
+    )
     out = tmp_path / "out"
     parts = export_plan(branchy, pf, out)
-    assert sorted(p.name for p in (out / "partitions").iterdir()) == ["p0.onnx", "p1.onnx",
-                                                                      "p2.onnx"]
+    assert sorted(p.name for p in (out / "partitions").iterdir()) == [
+        "p0.onnx",
+        "p1.onnx",
+        "p2.onnx",
+    ]
     man = json.loads((out / "manifest.json").read_text())
     assert [p["name"] for p in man["partitions"]] == ["p0", "p1", "p2"]
     assert man["partitions"][1]["after"] == ["p0"]

@@ -34,8 +34,9 @@ def test_equal_signatures_for_equal_nodes_across_models():
 def test_store_round_trip_and_summary(tmp_path):
     with ProfileStore(tmp_path / "p.db") as s:
         s.put("fp1", "Relu-1", Measurement(10.0, 9.0, 12.0, 7), description="unit a")
-        s.put("fp1", "Conv-1", Measurement(math.inf, math.inf, math.inf, 0, "unsupported",
-                                           "rejected"))
+        s.put(
+            "fp1", "Conv-1", Measurement(math.inf, math.inf, math.inf, 0, "unsupported", "rejected")
+        )
         assert s.get("fp1", "Relu-1") == Measurement(10.0, 9.0, 12.0, 7)
         got = s.get("fp1", "Conv-1")
         assert got.status == "unsupported" and math.isinf(got.median_us)
@@ -120,8 +121,9 @@ def test_modeled_unit_costs_and_unsupported_ops(branchy, npu_units_file):
 
 def test_unavailable_unit_is_refused_or_skipped(branchy, tmp_path):
     p = tmp_path / "u.yaml"
-    p.write_text("units:\n  cpu: {backend: onnxruntime}\n"
-                 "  gpu: {backend: onnxruntime, provider: cuda}\n")
+    p.write_text(
+        "units:\n  cpu: {backend: onnxruntime}\n  gpu: {backend: onnxruntime, provider: cuda}\n"
+    )
     units = load_units(p)
     if units["gpu"].availability()[0]:
         pytest.skip("this machine has CUDA")

@@ -55,12 +55,18 @@ def test_session_matches_the_whole_model(branchy, units_file):
 
 def test_wrong_feeds_say_expected_and_given(branchy, units_file):
     units = load_units(units_file)
-    parts = cut(branchy, _split_by_branch(branchy)[:0] or
-                [PartitionSpec("p0", "cpu0", tuple(n.name for n in branchy.compute_nodes))])
+    parts = cut(
+        branchy,
+        _split_by_branch(branchy)[:0]
+        or [PartitionSpec("p0", "cpu0", tuple(n.name for n in branchy.compute_nodes))],
+    )
     with Session(branchy, parts, units) as sess:
         x = np.zeros((1, 3, 16, 16), np.float32)
-        with pytest.raises(PartunerError, match=r"expects float32 \[1, 3, 32, 32\], got float32 "
-                                                r"\[1, 3, 16, 16\]"):
+        with pytest.raises(
+            PartunerError,
+            match=r"expects float32 \[1, 3, 32, 32\], got float32 "
+            r"\[1, 3, 16, 16\]",
+        ):
             sess.run(None, {"input": x})
         with pytest.raises(PartunerError, match="unknown input"):
             sess.run(None, {"nope": x})
@@ -88,8 +94,11 @@ def test_worker_error_names_the_partition(branchy, units_file, monkeypatch):
     feeds = random_feeds(branchy, list(branchy.inputs))
     sess = Session(branchy, parts, units)
     sess._runners[5] = _Boom()
-    with pytest.raises(RuntimeFailure, match=rf"partition 'p5' on unit 'cpu1' failed: "
-                                             r"ValueError: kaboom"):
+    with pytest.raises(
+        RuntimeFailure,
+        match=r"partition 'p5' on unit 'cpu1' failed: "
+        r"ValueError: kaboom",
+    ):
         sess.run(None, feeds)
     sess.close()
     assert not _partuner_threads()

@@ -21,9 +21,16 @@ import numpy as np
 from partuner.errors import PartunerError, PlanFileError
 from partuner.export import PartitionModel, PartitionSpec, PlanFile, cut, export_plan
 from partuner.graph import ModelGraph
-from partuner.plan import Edge, Link, Plan, Problem, get_scheduler, plan_from_assignment
+from partuner.plan import (
+    Edge,
+    Link,
+    Plan,
+    Problem,
+    get_scheduler,
+    plan_from_assignment,
+    plan_from_schedule,
+)
 from partuner.plan import lower_bound as problem_lower_bound
-from partuner.plan import plan_from_schedule
 from partuner.profile import Profile
 from partuner.profile.measure import random_feeds
 from partuner.runtime import CheckResult, Session, check_outputs
@@ -54,9 +61,7 @@ def build_problem(graph: ModelGraph, units: UnitSet, profile: Profile) -> Proble
         if src in keep and dst in keep:
             pairs.setdefault((src, dst), {})[value] = nbytes
     edges = [Edge(s, d, sum(vals.values()), tuple(vals)) for (s, d), vals in pairs.items()]
-    links = {
-        pair: Link(link.latency_us, link.gbps) for pair, link in profile.links.items()
-    }
+    links = {pair: Link(link.latency_us, link.gbps) for pair, link in profile.links.items()}
     return Problem(
         nodes=names,
         units=unit_names,
@@ -70,8 +75,9 @@ def build_problem(graph: ModelGraph, units: UnitSet, profile: Profile) -> Proble
     )
 
 
-def make_plan(problem: Problem, scheduler: str = "auto", *, time_limit: float | None = None
-              ) -> tuple[Plan, dict[str, Plan]]:
+def make_plan(
+    problem: Problem, scheduler: str = "auto", *, time_limit: float | None = None
+) -> tuple[Plan, dict[str, Plan]]:
     """Plan with ``scheduler``; ``"auto"`` runs every built-in one and keeps the fastest.
 
     Returns the chosen plan and every plan computed, by scheduler name. Plans are compared by
@@ -96,8 +102,10 @@ def make_plan(problem: Problem, scheduler: str = "auto", *, time_limit: float | 
 def plan_file(plan: Plan, graph: ModelGraph, units: UnitSet) -> PlanFile:
     """The file form of ``plan`` (NEST-C keys + partuner's section)."""
     return PlanFile(
-        partitions=[PartitionSpec(p.name, p.unit, tuple(p.nodes), p.start_us, p.end_us)
-                    for p in plan.partitions],
+        partitions=[
+            PartitionSpec(p.name, p.unit, tuple(p.nodes), p.start_us, p.end_us)
+            for p in plan.partitions
+        ],
         model=Path(graph.source).name,
         input_shapes={k: list(graph.values[k].shape) for k in graph.inputs},
         scheduler=plan.scheduler,
@@ -105,13 +113,14 @@ def plan_file(plan: Plan, graph: ModelGraph, units: UnitSet) -> PlanFile:
         predicted_us=plan.predicted_us,
         lower_bound_us=plan.lower_bound_us,
         modeled=plan.modeled,
-        units={u: units[u].describe() for u in plan.units},
+        units={u: units[u].spec() for u in plan.units},
         parallel=plan.parallel_groups(),
     )
 
 
-def plan_from_file(pf: PlanFile, graph: ModelGraph, units: UnitSet,
-                   problem: Problem | None = None) -> PlanFile:
+def plan_from_file(
+    pf: PlanFile, graph: ModelGraph, units: UnitSet, problem: Problem | None = None
+) -> PlanFile:
     """Check an imported plan against the model and units; re-predict it if a problem is given."""
     unknown = sorted({p.unit for p in pf.partitions} - set(units.units))
     if unknown:
@@ -138,8 +147,9 @@ def reference_outputs(graph: ModelGraph, feeds: dict[str, np.ndarray]) -> dict[s
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    sess = ort.InferenceSession(graph.model.SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(
+        graph.model.SerializeToString(), so, providers=["CPUExecutionProvider"]
+    )
     outs = sess.run(list(graph.outputs), feeds)
     return dict(zip(graph.outputs, outs, strict=True))
 
@@ -155,8 +165,13 @@ class RunStats:
     partition_ms: dict[str, float] = field(default_factory=dict)  # median per partition
 
     def to_dict(self) -> dict[str, Any]:
-        return {"median_ms": self.median_ms, "p10_ms": self.p10_ms, "p90_ms": self.p90_ms,
-                "runs": self.runs, "partition_ms": self.partition_ms}
+        return {
+            "median_ms": self.median_ms,
+            "p10_ms": self.p10_ms,
+            "p90_ms": self.p90_ms,
+            "runs": self.runs,
+            "partition_ms": self.partition_ms,
+        }
 
 
 def _stats(samples: Sequence[float]) -> tuple[float, float, float]:
@@ -164,8 +179,9 @@ def _stats(samples: Sequence[float]) -> tuple[float, float, float]:
     return float(np.median(arr)), float(np.percentile(arr, 10)), float(np.percentile(arr, 90))
 
 
-def measure_session(session: Session, feeds: dict[str, np.ndarray], repeat: int,
-                    warmup: int = 3) -> tuple[RunStats, dict[str, np.ndarray]]:
+def measure_session(
+    session: Session, feeds: dict[str, np.ndarray], repeat: int, warmup: int = 3
+) -> tuple[RunStats, dict[str, np.ndarray]]:
     """Run ``session`` ``warmup + repeat`` times; latency statistics and the last outputs."""
     outs: list[np.ndarray] = []
     for _ in range(warmup):
@@ -180,14 +196,14 @@ def measure_session(session: Session, feeds: dict[str, np.ndarray], repeat: int,
             per_part.setdefault(t.partition, []).append((t.end_s - t.start_s) * 1e3)
     med, p10, p90 = _stats(samples)
     return (
-        RunStats(med, p10, p90, repeat,
-                 {k: statistics.median(v) for k, v in per_part.items()}),
+        RunStats(med, p10, p90, repeat, {k: statistics.median(v) for k, v in per_part.items()}),
         dict(zip(session.graph.outputs, outs, strict=True)),
     )
 
 
-def measure_whole(graph: ModelGraph, feeds: dict[str, np.ndarray], threads: int, repeat: int,
-                  warmup: int = 3) -> RunStats:
+def measure_whole(
+    graph: ModelGraph, feeds: dict[str, np.ndarray], threads: int, repeat: int, warmup: int = 3
+) -> RunStats:
     """Plain onnxruntime on the whole model with ``threads`` intra-op threads (a baseline)."""
     import onnxruntime as ort
 
@@ -195,8 +211,9 @@ def measure_whole(graph: ModelGraph, feeds: dict[str, np.ndarray], threads: int,
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
-    sess = ort.InferenceSession(graph.model.SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(
+        graph.model.SerializeToString(), so, providers=["CPUExecutionProvider"]
+    )
     for _ in range(warmup):
         sess.run(None, feeds)
     samples = []
@@ -268,8 +285,19 @@ def tune(
     ort_all = measure_whole(graph, feeds, os.cpu_count() or 1, repeat)
     files = sorted(str(p.relative_to(outdir)) for p in outdir.rglob("*") if p.is_file())
     lb = problem_lower_bound(problem)
-    return TuneResult(plan, plans, lb, profile, measured, single_unit, single_measured, ort_all,
-                      check, outdir, files)
+    return TuneResult(
+        plan,
+        plans,
+        lb,
+        profile,
+        measured,
+        single_unit,
+        single_measured,
+        ort_all,
+        check,
+        outdir,
+        files,
+    )
 
 
 def predicted_ms(plan: Plan) -> float:

@@ -19,14 +19,21 @@ from partuner.cli.stages import load_units_cli
 @main.command("export")
 @model_argument
 @input_shape_option
-@click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False),
-              help="A plan YAML (partuner's or NEST-C's).")
+@click.option(
+    "--plan",
+    "plan_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="A plan YAML (partuner's or NEST-C's).",
+)
 @units_option
-@click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
-              help="Output folder.")
+@click.option(
+    "-o", "--output", required=True, type=click.Path(file_okay=False), help="Output folder."
+)
 @handle_errors
-def export_cmd(model: str, input_shapes: tuple[str, ...], plan_path: str,
-               units_file: str | None, output: str) -> None:
+def export_cmd(
+    model: str, input_shapes: tuple[str, ...], plan_path: str, units_file: str | None, output: str
+) -> None:
     """Cut MODEL along PLAN into standalone ONNX sub-models in OUTPUT."""
     from partuner.export import export_plan, read_plan
     from partuner.pipeline import plan_from_file

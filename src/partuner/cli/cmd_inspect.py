@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import click
 from rich.table import Table
 
 from partuner.cli import main
@@ -32,10 +31,12 @@ def inspect_cmd(model: str, input_shapes: tuple[str, ...], as_json: bool) -> Non
         "nodes": len(g.nodes),
         "compute_nodes": len(g.compute_nodes),
         "values": len(g.values),
-        "inputs": {k: {"shape": list(g.values[k].shape), "dtype": g.values[k].dtype}
-                   for k in g.inputs},
-        "outputs": {k: {"shape": list(g.values[k].shape), "dtype": g.values[k].dtype}
-                    for k in g.outputs},
+        "inputs": {
+            k: {"shape": list(g.values[k].shape), "dtype": g.values[k].dtype} for k in g.inputs
+        },
+        "outputs": {
+            k: {"shape": list(g.values[k].shape), "dtype": g.values[k].dtype} for k in g.outputs
+        },
         "gflops": g.total_flops / 1e9,
         "weights_mb": g.weight_bytes / 1e6,
         "op_histogram": g.op_histogram(),
@@ -47,9 +48,11 @@ def inspect_cmd(model: str, input_shapes: tuple[str, ...], as_json: bool) -> Non
     if as_json:
         emit_json(info)
         return
-    console.print(f"[bold]{g.source}[/bold]: {len(g.nodes)} nodes "
-                  f"({len(g.compute_nodes)} to place), {len(g.values)} values, "
-                  f"{info['gflops']:.3f} GFLOPs, {info['weights_mb']:.2f} MB of weights")
+    console.print(
+        f"[bold]{g.source}[/bold]: {len(g.nodes)} nodes "
+        f"({len(g.compute_nodes)} to place), {len(g.values)} values, "
+        f"{info['gflops']:.3f} GFLOPs, {info['weights_mb']:.2f} MB of weights"
+    )
     for k, v in info["inputs"].items():
         console.print(f"  input  {k}: {v['dtype']} {v['shape']}")
     for k, v in info["outputs"].items():
@@ -63,5 +66,7 @@ def inspect_cmd(model: str, input_shapes: tuple[str, ...], as_json: bool) -> Non
     console.print(f"parallel branch groups: {len(groups)}")
     for i, b in enumerate(groups):
         lens = ", ".join(str(len(x)) for x in b.branches)
-        console.print(f"  {i}: fork {b.fork or '(inputs)'} -> join {b.join}: "
-                      f"{len(b.branches)} branches of {lens} nodes")
+        console.print(
+            f"  {i}: fork {b.fork or '(inputs)'} -> join {b.join}: "
+            f"{len(b.branches)} branches of {lens} nodes"
+        )

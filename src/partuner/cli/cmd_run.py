@@ -49,8 +49,16 @@ def _feeds(graph: Any, specs: tuple[str, ...], seed: int) -> dict[str, np.ndarra
     return feeds
 
 
-def _execute(model: str, input_shapes: tuple[str, ...], plan_path: str, units_file: str | None,
-             inputs: tuple[str, ...], repeat: int, seed: int, timeout: float) -> dict[str, Any]:
+def _execute(
+    model: str,
+    input_shapes: tuple[str, ...],
+    plan_path: str,
+    units_file: str | None,
+    inputs: tuple[str, ...],
+    repeat: int,
+    seed: int,
+    timeout: float,
+) -> dict[str, Any]:
     from partuner.export import cut, read_plan
     from partuner.pipeline import measure_session, plan_from_file, reference_outputs
     from partuner.runtime import Session, check_outputs
@@ -84,8 +92,14 @@ def _execute(model: str, input_shapes: tuple[str, ...], plan_path: str, units_fi
         "modeled": modeled,
         "predicted_ms": None if pf.predicted_us is None else pf.predicted_us / 1e3,
         "runs": stats.runs,
-        "partition_ms": {p.name: {"unit": p.unit, "measured": stats.partition_ms.get(p.name),
-                                  "predicted": predicted.get(p.name)} for p in pf.partitions},
+        "partition_ms": {
+            p.name: {
+                "unit": p.unit,
+                "measured": stats.partition_ms.get(p.name),
+                "predicted": predicted.get(p.name),
+            }
+            for p in pf.partitions
+        },
         "check": check.to_dict(),
     }
 
@@ -95,21 +109,38 @@ def _print_check(check: dict[str, Any]) -> None:
     console.print(f"output check {verdict} (rule {check['rule']})")
     for o in check["outputs"]:
         top1 = "-" if o["top1_agree"] is None else f"{100 * o['top1_agree']:.0f}%"
-        console.print(f"  {o['name']}: max abs {o['max_abs']:.3g}, max rel {o['max_rel']:.3g}, "
-                      f"cosine {o['cosine']:.6f}, top-1 agreement {top1}")
+        console.print(
+            f"  {o['name']}: max abs {o['max_abs']:.3g}, max rel {o['max_rel']:.3g}, "
+            f"cosine {o['cosine']:.6f}, top-1 agreement {top1}"
+        )
 
 
 _common = [
     model_argument,
     input_shape_option,
-    click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False),
-                 help="A plan YAML (partuner's or NEST-C's)."),
+    click.option(
+        "--plan",
+        "plan_path",
+        required=True,
+        type=click.Path(dir_okay=False),
+        help="A plan YAML (partuner's or NEST-C's).",
+    ),
     units_option,
-    click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy",
-                 help="Use this input instead of a seeded random one."),
+    click.option(
+        "--input",
+        "inputs",
+        multiple=True,
+        metavar="NAME=FILE.npy",
+        help="Use this input instead of a seeded random one.",
+    ),
     click.option("--seed", type=int, default=0, show_default=True),
-    click.option("--timeout", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
-                 help="Seconds at most per run."),
+    click.option(
+        "--timeout",
+        type=click.FloatRange(min=0.1),
+        default=60.0,
+        show_default=True,
+        help="Seconds at most per run.",
+    ),
 ]
 
 
@@ -124,9 +155,17 @@ def _with_common(fn: Any) -> Any:
 @click.option("--repeat", type=click.IntRange(min=1), default=30, show_default=True)
 @json_option
 @handle_errors
-def run_cmd(model: str, input_shapes: tuple[str, ...], plan_path: str, units_file: str | None,
-            inputs: tuple[str, ...], seed: int, timeout: float, repeat: int,
-            as_json: bool) -> None:
+def run_cmd(
+    model: str,
+    input_shapes: tuple[str, ...],
+    plan_path: str,
+    units_file: str | None,
+    inputs: tuple[str, ...],
+    seed: int,
+    timeout: float,
+    repeat: int,
+    as_json: bool,
+) -> None:
     """Run MODEL as PLAN's partitions, one worker per unit; measure and check it."""
     r = _execute(model, input_shapes, plan_path, units_file, inputs, repeat, seed, timeout)
     if as_json:
@@ -134,18 +173,26 @@ def run_cmd(model: str, input_shapes: tuple[str, ...], plan_path: str, units_fil
     else:
         pred = "-" if r["predicted_ms"] is None else f"{r['predicted_ms']:.3f} ms"
         if r["modeled"]:
-            console.print(f"plan uses modeled units: no latency can be measured here "
-                          f"(predicted {pred}, modeled; host run took {r['host_ms']:.3f} ms)")
+            console.print(
+                f"plan uses modeled units: no latency can be measured here "
+                f"(predicted {pred}, modeled; host run took {r['host_ms']:.3f} ms)"
+            )
         else:
-            console.print(f"measured {r['measured_ms']:.3f} ms median "
-                          f"(p10 {r['measured_p10_ms']:.3f}, p90 {r['measured_p90_ms']:.3f}, "
-                          f"{r['runs']} runs); predicted {pred}")
+            console.print(
+                f"measured {r['measured_ms']:.3f} ms median "
+                f"(p10 {r['measured_p10_ms']:.3f}, p90 {r['measured_p90_ms']:.3f}, "
+                f"{r['runs']} runs); predicted {pred}"
+            )
         t = Table(show_edge=False)
         for c in ("partition", "unit", "measured", "predicted"):
             t.add_column(c, justify="left" if c in ("partition", "unit") else "right")
         for name, p in r["partition_ms"].items():
-            t.add_row(name, p["unit"], "-" if p["measured"] is None else f"{p['measured']:.3f}",
-                      "-" if p["predicted"] is None else f"{p['predicted']:.3f}")
+            t.add_row(
+                name,
+                p["unit"],
+                "-" if p["measured"] is None else f"{p['measured']:.3f}",
+                "-" if p["predicted"] is None else f"{p['predicted']:.3f}",
+            )
         console.print(t)
         _print_check(r["check"])
     if not r["check"]["passed"]:
@@ -156,9 +203,16 @@ def run_cmd(model: str, input_shapes: tuple[str, ...], plan_path: str, units_fil
 @_with_common
 @json_option
 @handle_errors
-def check_cmd(model: str, input_shapes: tuple[str, ...], plan_path: str,
-              units_file: str | None, inputs: tuple[str, ...], seed: int, timeout: float,
-              as_json: bool) -> None:
+def check_cmd(
+    model: str,
+    input_shapes: tuple[str, ...],
+    plan_path: str,
+    units_file: str | None,
+    inputs: tuple[str, ...],
+    seed: int,
+    timeout: float,
+    as_json: bool,
+) -> None:
     """Run PLAN once and compare its outputs with the unpartitioned model's."""
     r = _execute(model, input_shapes, plan_path, units_file, inputs, 1, seed, timeout)
     if as_json:

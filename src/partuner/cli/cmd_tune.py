@@ -28,18 +28,37 @@ from partuner.cli.stages import load_units_cli, profile_cli, unit_summary
 @input_shape_option
 @units_option
 @db_option
-@click.option("-o", "--output", type=click.Path(file_okay=False), default=None,
-              help="Output folder (default: ./partuner-out/<model name>).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Output folder (default: ./partuner-out/<model name>).",
+)
 @click.option("--scheduler", default="auto", show_default=True)
-@click.option("--repeat", type=click.IntRange(min=1), default=30, show_default=True,
-              help="Timed runs per measured configuration.")
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=30,
+    show_default=True,
+    help="Timed runs per measured configuration.",
+)
 @click.option("--skip-unavailable", is_flag=True, help="Plan with the units that are available.")
 @json_option
 @quiet_option
 @handle_errors
-def tune_cmd(model: str, input_shapes: tuple[str, ...], units_file: str | None, db: str | None,
-             output: str | None, scheduler: str, repeat: int, skip_unavailable: bool,
-             as_json: bool, quiet: bool) -> None:
+def tune_cmd(
+    model: str,
+    input_shapes: tuple[str, ...],
+    units_file: str | None,
+    db: str | None,
+    output: str | None,
+    scheduler: str,
+    repeat: int,
+    skip_unavailable: bool,
+    as_json: bool,
+    quiet: bool,
+) -> None:
     """Profile MODEL, plan it, export the partitions, run the plan concurrently and check it.
 
     MODEL is an ONNX file, or zoo:NAME for a built-in demo (see `partuner zoo --list`).
@@ -63,18 +82,25 @@ def tune_cmd(model: str, input_shapes: tuple[str, ...], units_file: str | None, 
     r = tune(g, us, prof, outdir, scheduler=scheduler, repeat=repeat, progress=say)
     plan = r.plan
     rows = [
-        {"what": f"partuner plan ({plan.scheduler}, {len(plan.partitions)} partitions on "
-                 f"{len(plan.units)} unit(s))",
-         "predicted_ms": plan.predicted_us / 1e3,
-         "measured_ms": None if r.measured is None else r.measured.median_ms,
-         "p90_ms": None if r.measured is None else r.measured.p90_ms},
-        {"what": f"best single unit ({r.single_unit})",
-         "predicted_ms": r.plans["single"].predicted_us / 1e3 if "single" in r.plans else None,
-         "measured_ms": None if r.single_measured is None else r.single_measured.median_ms,
-         "p90_ms": None if r.single_measured is None else r.single_measured.p90_ms},
-        {"what": f"plain onnxruntime, whole model, {_cores()} threads",
-         "predicted_ms": None, "measured_ms": r.ort_all_cores.median_ms,
-         "p90_ms": r.ort_all_cores.p90_ms},
+        {
+            "what": f"partuner plan ({plan.scheduler}, {len(plan.partitions)} partitions on "
+            f"{len(plan.units)} unit(s))",
+            "predicted_ms": plan.predicted_us / 1e3,
+            "measured_ms": None if r.measured is None else r.measured.median_ms,
+            "p90_ms": None if r.measured is None else r.measured.p90_ms,
+        },
+        {
+            "what": f"best single unit ({r.single_unit})",
+            "predicted_ms": r.plans["single"].predicted_us / 1e3 if "single" in r.plans else None,
+            "measured_ms": None if r.single_measured is None else r.single_measured.median_ms,
+            "p90_ms": None if r.single_measured is None else r.single_measured.p90_ms,
+        },
+        {
+            "what": f"plain onnxruntime, whole model, {_cores()} threads",
+            "predicted_ms": None,
+            "measured_ms": r.ort_all_cores.median_ms,
+            "p90_ms": r.ort_all_cores.p90_ms,
+        },
     ]
     result = {
         "model": g.source,
@@ -86,11 +112,17 @@ def tune_cmd(model: str, input_shapes: tuple[str, ...], units_file: str | None, 
         "measured_ms": None if r.measured is None else r.measured.median_ms,
         "modeled": plan.modeled,
         "baselines": rows,
-        "schedulers": {n: {"predicted_ms": p.predicted_us / 1e3,
-                           "partitions": len(p.partitions)} for n, p in r.plans.items()},
-        "profile": {"signatures": prof.signatures, "measured": prof.measured,
-                    "reused": prof.reused, "wall_s": prof.wall_s,
-                    "units": unit_summary(prof)},
+        "schedulers": {
+            n: {"predicted_ms": p.predicted_us / 1e3, "partitions": len(p.partitions)}
+            for n, p in r.plans.items()
+        },
+        "profile": {
+            "signatures": prof.signatures,
+            "measured": prof.measured,
+            "reused": prof.reused,
+            "wall_s": prof.wall_s,
+            "units": unit_summary(prof),
+        },
         "check": r.check.to_dict(),
         "outdir": str(r.outdir),
         "files": r.files,
@@ -98,29 +130,39 @@ def tune_cmd(model: str, input_shapes: tuple[str, ...], units_file: str | None, 
     if as_json:
         emit_json(result)
     else:
-        console.print(f"[bold]{g.source}[/bold] on {', '.join(us.units)}: "
-                      f"{len(g.compute_nodes)} nodes, {prof.signatures} signatures "
-                      f"({prof.measured} timed, {prof.reused} from the store) in "
-                      f"{prof.wall_s:.1f} s")
+        console.print(
+            f"[bold]{g.source}[/bold] on {', '.join(us.units)}: "
+            f"{len(g.compute_nodes)} nodes, {prof.signatures} signatures "
+            f"({prof.measured} timed, {prof.reused} from the store) in "
+            f"{prof.wall_s:.1f} s"
+        )
         t = Table(show_edge=False)
         for c in ("configuration", "predicted", "measured (median)", "p90"):
             t.add_column(c, justify="left" if c == "configuration" else "right")
         for row in rows:
-            t.add_row(row["what"], _fmt(row["predicted_ms"]), _fmt(row["measured_ms"]),
-                      _fmt(row["p90_ms"]))
+            t.add_row(
+                row["what"],
+                _fmt(row["predicted_ms"]),
+                _fmt(row["measured_ms"]),
+                _fmt(row["p90_ms"]),
+            )
         console.print(t)
         if plan.modeled:
-            console.print("[yellow]the plan uses modeled units: its latency is predicted "
-                          "(modeled), not measured[/yellow]")
+            console.print(
+                "[yellow]the plan uses modeled units: its latency is predicted "
+                "(modeled), not measured[/yellow]"
+            )
         groups = plan.parallel_groups()
-        console.print(f"parallel partition groups: {len(groups)}; lower bound "
-                      f"{r.lower_bound_us / 1e3:.3f} ms")
+        console.print(
+            f"parallel partition groups: {len(groups)}; lower bound {r.lower_bound_us / 1e3:.3f} ms"
+        )
         c = r.check
         verdict = "[green]passed[/green]" if c.passed else "[red]FAILED[/red]"
         worst = max((o.max_abs for o in c.outputs), default=0.0)
         console.print(f"output check {verdict}: max abs diff {worst:.3g} (rule {c.rule})")
-        console.print(f"files in {r.outdir}/: {', '.join(r.files[:4])}"
-                      f"{' ...' if len(r.files) > 4 else ''}")
+        console.print(
+            f"files in {r.outdir}/: {', '.join(r.files[:4])}{' ...' if len(r.files) > 4 else ''}"
+        )
     if not r.check.passed:
         raise SystemExit(1)
 

@@ -15,8 +15,7 @@ from partuner.cli.common import console, fail, handle_errors
 @click.option("--seed", type=int, default=0, show_default=True, help="Weights' random seed.")
 @click.option("--list", "list_", is_flag=True, help="List the demo models.")
 @handle_errors
-def zoo_cmd(name: str | None, output: str | None, image_size: int, seed: int,
-            list_: bool) -> None:
+def zoo_cmd(name: str | None, output: str | None, image_size: int, seed: int, list_: bool) -> None:
     """Write the demo model NAME (built here, seeded weights, no download) to -o FILE."""
     from partuner.graph import zoo
 

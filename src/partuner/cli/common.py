@@ -68,14 +68,20 @@ def model_argument(fn: F) -> F:
 
 def input_shape_option(fn: F) -> F:
     return click.option(
-        "--input-shape", "input_shapes", multiple=True, metavar="NAME=DIMS",
+        "--input-shape",
+        "input_shapes",
+        multiple=True,
+        metavar="NAME=DIMS",
         help="Fix a dynamic input, e.g. input=1x3x224x224 (repeatable).",
     )(fn)
 
 
 def units_option(fn: F) -> F:
     return click.option(
-        "--units", "units_file", type=click.Path(dir_okay=False), default=None,
+        "--units",
+        "units_file",
+        type=click.Path(dir_okay=False),
+        default=None,
         help="Units file (YAML). Default: one 1-thread onnxruntime unit per CPU core.",
     )(fn)
 
@@ -90,7 +96,9 @@ def quiet_option(fn: F) -> F:
 
 def db_option(fn: F) -> F:
     return click.option(
-        "--db", type=click.Path(dir_okay=False), default=None,
+        "--db",
+        type=click.Path(dir_okay=False),
+        default=None,
         help="Profile store (SQLite). Default: $PARTUNER_DB or ~/.cache/partuner/profiles.db.",
     )(fn)
 
@@ -139,8 +147,13 @@ def progress_bar(label: str, quiet: bool) -> Iterator[Callable[[int, int, str], 
     )
 
     with Progress(
-        TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-        TextColumn("{task.description}"), console=err_console, transient=True,
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.description}"),
+        console=err_console,
+        transient=True,
     ) as prog:
         task = prog.add_task("", total=None)
 

@@ -13,25 +13,39 @@ def load_units_cli(units_file: str | None) -> Any:
     return load_units(units_file) if units_file else default_units()
 
 
-def profile_cli(graph: Any, units: Any, db: str | None, quiet: bool,
-                skip_unavailable: bool = False, budget_s: float = 0.25) -> Any:
+def profile_cli(
+    graph: Any,
+    units: Any,
+    db: str | None,
+    quiet: bool,
+    skip_unavailable: bool = False,
+    budget_s: float = 0.25,
+) -> Any:
     from partuner.profile import ProfileStore, profile_model
 
     with ProfileStore(db) as store, progress_bar("profiling", quiet) as cb:
-        return profile_model(graph, units, store=store, progress=cb, budget_s=budget_s,
-                             skip_unavailable=skip_unavailable)
+        return profile_model(
+            graph,
+            units,
+            store=store,
+            progress=cb,
+            budget_s=budget_s,
+            skip_unavailable=skip_unavailable,
+        )
 
 
 def unit_summary(profile: Any) -> list[dict[str, Any]]:
     rows = []
     for name, up in profile.units.items():
-        rows.append({
-            "unit": name,
-            "modeled": up.modeled,
-            "call_overhead_us": up.overhead_us,
-            "whole_model_ms": None if up.whole_us is None else up.whole_us / 1e3,
-            "sum_of_parts_ms": None if up.parts_us is None else up.parts_us / 1e3,
-            "additivity_error": up.additivity_error,
-            "scale": up.scale,
-        })
+        rows.append(
+            {
+                "unit": name,
+                "modeled": up.modeled,
+                "call_overhead_us": up.overhead_us,
+                "whole_model_ms": None if up.whole_us is None else up.whole_us / 1e3,
+                "sum_of_parts_ms": None if up.parts_us is None else up.parts_us / 1e3,
+                "additivity_error": up.additivity_error,
+                "scale": up.scale,
+            }
+        )
     return rows

@@ -2,8 +2,8 @@
 
 Each sub-model keeps the source's node order, opsets, IR version and functions; carries only the
 initializers it reads; declares every boundary value with its dtype and static shape; and passes
-``onnx.checker``. Constant nodes (see ``ModelGraph.is_constant``) are free: every sub-model that reads one gets its own copy,
-so no constant ever crosses a unit boundary.
+``onnx.checker``. Constant nodes (see ``ModelGraph.is_constant``) are free: every sub-model that
+reads one gets its own copy, so no constant ever crosses a unit boundary.
 """
 
 from __future__ import annotations
@@ -179,11 +179,13 @@ def partition_order(
     return deps
 
 
-def cut(graph: ModelGraph, partitions: Sequence[object], *, check: bool = True) -> list[PartitionModel]:
+def cut(
+    graph: ModelGraph, partitions: Sequence[object], *, check: bool = True
+) -> list[PartitionModel]:
     """Cut ``graph`` along ``partitions`` (objects with ``name``, ``unit``, ``nodes``).
 
-    Constant nodes (``graph.is_constant``) need not be listed: they are copied into each partition that reads them.
-    Every non-constant node must be in exactly one partition.
+    Constant nodes (``graph.is_constant``) need not be listed: they are copied into each partition
+    that reads them. Every non-constant node must be in exactly one partition.
     """
     seen: dict[str, str] = {}
     for p in partitions:

@@ -33,8 +33,10 @@ def manifest(graph: ModelGraph, plan: PlanFile, parts: list[PartitionModel]) -> 
     deps = partition_order(graph, [(p.name, p.nodes) for p in parts])
 
     def io(names: list[str]) -> list[dict[str, Any]]:
-        return [{"name": v, "dtype": graph.values[v].dtype, "shape": list(graph.values[v].shape)}
-                for v in names]
+        return [
+            {"name": v, "dtype": graph.values[v].dtype, "shape": list(graph.values[v].shape)}
+            for v in names
+        ]
 
     return {
         "model": plan.model,

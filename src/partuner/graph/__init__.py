@@ -1,5 +1,6 @@
 """ONNX -> partuner's graph: nodes, values, shapes, bytes, FLOPs; parallel branch groups."""
 
+from partuner.graph.branches import BranchGroup, parallel_branch_groups
 from partuner.graph.model import (
     ModelGraph,
     NodeInfo,
@@ -10,10 +11,12 @@ from partuner.graph.model import (
 )
 
 __all__ = [
+    "BranchGroup",
     "ModelGraph",
     "NodeInfo",
     "ValueInfo",
     "load_model",
+    "parallel_branch_groups",
     "parse_input_shapes",
     "read_model_proto",
 ]

@@ -7,6 +7,7 @@ infers every value's shape and dtype, and records the def-use links (through ``o
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import logging
 import math
@@ -92,6 +93,16 @@ class ModelGraph:
             ) and not any(self.values[v].is_graph_input for v in ins):
                 const.add(n.name)
         self.constant_nodes: frozenset[str] = frozenset(const)
+        # A weight reached through a constant node (e.g. Identity of an initializer) is a weight.
+        for k, n in enumerate(self.nodes):
+            folded = sum(
+                self.values[v].nbytes for v in n.inputs if v and self.values[v].producer in const
+            )
+            if folded:
+                self.nodes[k] = dataclasses.replace(
+                    n, weight_bytes=n.weight_bytes + folded, io_bytes=n.io_bytes - folded
+                )
+        self._by_name = {n.name: n for n in self.nodes}
 
     def is_constant(self, name: str) -> bool:
         """True for nodes that read only initializers and constants (``Constant``, an
@@ -270,8 +281,9 @@ def _fix_inputs(
                 tt.shape.dim.add().dim_value = w
         else:
             unresolved = [
-                (k, d.dim_param or "?") for k, d in enumerate(dims) if not d.HasField("dim_value")
-                or d.dim_value <= 0
+                (k, d.dim_param or "?")
+                for k, d in enumerate(dims)
+                if not d.HasField("dim_value") or d.dim_value <= 0
             ]
             if unresolved or not tt.HasField("shape"):
                 shown = "x".join(
@@ -427,5 +439,6 @@ def _build(model: onnx.ModelProto, inputs: list[str], source: str) -> ModelGraph
                 io_bytes=io,
             )
         )
-    return ModelGraph(model=model, nodes=nodes, values=values, inputs=inputs,
-                      outputs=out_names, source=source)
+    return ModelGraph(
+        model=model, nodes=nodes, values=values, inputs=inputs, outputs=out_names, source=source
+    )

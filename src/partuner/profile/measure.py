@@ -63,9 +63,7 @@ def time_call(
     )
 
 
-def random_feeds(
-    graph: ModelGraph, names: list[str], seed: int = 0
-) -> dict[str, np.ndarray]:
+def random_feeds(graph: ModelGraph, names: list[str], seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded inputs for the values ``names``: floats ~ N(0, 1), integers and bools zero."""
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
@@ -113,7 +111,8 @@ def handoff_latency_us(rounds: int = 200) -> Measurement:
     t.join(timeout=1.0)
     arr = np.asarray(samples[10:])
     return Measurement(
-        float(np.median(arr)), float(np.percentile(arr, 10)), float(np.percentile(arr, 90)),
+        float(np.median(arr)),
+        float(np.percentile(arr, 10)),
+        float(np.percentile(arr, 90)),
         len(arr),
     )
-

@@ -88,8 +88,9 @@ class Profile:
 def _overhead_model() -> onnx.ModelProto:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
-    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"], name="id")], "overhead",
-                          [x], [y])
+    g = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"], name="id")], "overhead", [x], [y]
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
@@ -106,15 +107,19 @@ def _host_memory(unit: Unit) -> bool:
     return bool(getattr(unit, "host_memory", False)) and not unit.modeled
 
 
-def _time_model(unit: Unit, graph: ModelGraph | None, model: onnx.ModelProto,
-                inputs: list[str], budget_s: float) -> Measurement:
+def _time_model(
+    unit: Unit, graph: ModelGraph | None, model: onnx.ModelProto, inputs: list[str], budget_s: float
+) -> Measurement:
     try:
         runner = unit.prepare(model)
     except Exception as exc:  # a backend rejecting a sub-model is data, not a crash
         return Measurement(math.inf, math.inf, math.inf, 0, "unsupported", _short(exc))
     try:
-        feeds = (random_feeds(graph, inputs) if graph is not None
-                 else {"x": np.zeros(1, dtype=np.float32)})
+        feeds = (
+            random_feeds(graph, inputs)
+            if graph is not None
+            else {"x": np.zeros(1, dtype=np.float32)}
+        )
         return time_call(lambda: runner.run(feeds), budget_s=budget_s)
     except Exception as exc:
         return Measurement(math.inf, math.inf, math.inf, 0, "unsupported", _short(exc))
@@ -192,8 +197,9 @@ def profile_model(
         if progress is not None:
             progress(done, total, what)
 
-    def lookup_or_time(unit: Unit, fp: str, sig: str, make: Callable[[], Measurement]
-                       ) -> Measurement:
+    def lookup_or_time(
+        unit: Unit, fp: str, sig: str, make: Callable[[], Measurement]
+    ) -> Measurement:
         nonlocal measured, reused
         m = store.get(fp, sig) if store is not None else None
         if m is not None:
@@ -211,8 +217,12 @@ def profile_model(
     digest = _model_digest(graph)
     for fp, names in groups.items():
         unit = active[names[0]]
-        ov = lookup_or_time(unit, fp, _OVERHEAD_SIG, lambda u=unit: _time_model(
-            u, None, _overhead_model(), [], budget_s))
+        ov = lookup_or_time(
+            unit,
+            fp,
+            _OVERHEAD_SIG,
+            lambda u=unit: _time_model(u, None, _overhead_model(), [], budget_s),
+        )
         if ov.status != "ok":
             ov = Measurement(0.0, 0.0, 0.0, 0)
         tick(f"{names[0]}: call overhead")
@@ -239,16 +249,23 @@ def profile_model(
         parts = overhead + sum(raw[sig_of[n.name]] for n in nodes)
         whole: float | None = None
         if math.isfinite(parts):
-            wm = lookup_or_time(unit, fp, f"__whole__#{digest}", lambda u=unit: _time_model(
-                u, graph, graph.model, list(graph.inputs), max(budget_s, 1.0)))
+            wm = lookup_or_time(
+                unit,
+                fp,
+                f"__whole__#{digest}",
+                lambda u=unit: _time_model(
+                    u, graph, graph.model, list(graph.inputs), max(budget_s, 1.0)
+                ),
+            )
             whole = wm.median_us if wm.status == "ok" else None
         tick(f"{names[0]}: whole model")
         scale = 1.0
         if calibrate and whole is not None and parts > overhead:
             scale = max(whole - overhead, 0.0) / (parts - overhead)
         for name in names:
-            uprof[name] = UnitProfile(name, fp, False, overhead, whole,
-                                      parts if math.isfinite(parts) else None, scale)
+            uprof[name] = UnitProfile(
+                name, fp, False, overhead, whole, parts if math.isfinite(parts) else None, scale
+            )
             for n in nodes:
                 costs[n.name][name] = raw[sig_of[n.name]] * scale
 
@@ -258,19 +275,25 @@ def profile_model(
         overhead = unit.modeled_time_us([], graph)
         for n in nodes:
             costs[n.name][name] = (
-                unit.modeled_time_us([n], graph) - overhead if unit.supports(n, graph)
-                else math.inf
+                unit.modeled_time_us([n], graph) - overhead if unit.supports(n, graph) else math.inf
             )
         whole_m = overhead + sum(costs[n.name][name] for n in nodes)
-        uprof[name] = UnitProfile(name, unit.fingerprint(), True, overhead,
-                                  whole_m if math.isfinite(whole_m) else None, whole_m, 1.0)
+        uprof[name] = UnitProfile(
+            name,
+            unit.fingerprint(),
+            True,
+            overhead,
+            whole_m if math.isfinite(whole_m) else None,
+            whole_m,
+            1.0,
+        )
 
     links: dict[tuple[str, str], Link] = {}
     sources: dict[tuple[str, str], str] = {}
     handoff: float | None = None
     names = list(active)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             if frozenset((a, b)) in units.declared_links:
                 links[(a, b)], sources[(a, b)] = units.link(a, b), "declared"
             elif _host_memory(active[a]) and _host_memory(active[b]):

@@ -111,10 +111,14 @@ class ProfileStore:
         ).fetchone()
         if row is None:
             return None
-        return Measurement(row[0] if row[0] is not None else float("inf"),
-                           row[1] if row[1] is not None else float("inf"),
-                           row[2] if row[2] is not None else float("inf"),
-                           row[3] or 0, row[4], row[5] or "")
+        return Measurement(
+            row[0] if row[0] is not None else float("inf"),
+            row[1] if row[1] is not None else float("inf"),
+            row[2] if row[2] is not None else float("inf"),
+            row[3] or 0,
+            row[4],
+            row[5] or "",
+        )
 
     def put(self, fingerprint: str, signature: str, m: Measurement, description: str = "") -> None:
         """Store one measurement and commit at once."""
@@ -125,11 +129,17 @@ class ProfileStore:
                 )
             self._db.execute(
                 "INSERT OR REPLACE INTO measurements VALUES (?,?,?,?,?,?,?,?,?)",
-                (fingerprint, signature, m.status,
-                 None if m.median_us == float("inf") else m.median_us,
-                 None if m.p10_us == float("inf") else m.p10_us,
-                 None if m.p90_us == float("inf") else m.p90_us,
-                 m.count, m.detail, time.time()),
+                (
+                    fingerprint,
+                    signature,
+                    m.status,
+                    None if m.median_us == float("inf") else m.median_us,
+                    None if m.p10_us == float("inf") else m.p10_us,
+                    None if m.p90_us == float("inf") else m.p90_us,
+                    m.count,
+                    m.detail,
+                    time.time(),
+                ),
             )
 
     def summary(self) -> list[dict[str, object]]:
@@ -140,7 +150,12 @@ class ProfileStore:
             "LEFT JOIN units u ON u.fingerprint = m.fingerprint GROUP BY m.fingerprint"
         ).fetchall()
         return [
-            {"fingerprint": r[0], "unit": r[1], "rows": r[2], "unsupported": r[3] or 0,
-             "last": r[4]}
+            {
+                "fingerprint": r[0],
+                "unit": r[1],
+                "rows": r[2],
+                "unsupported": r[3] or 0,
+                "last": r[4],
+            }
             for r in rows
         ]

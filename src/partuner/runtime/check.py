@@ -52,8 +52,12 @@ class CheckResult:
     outputs: list[OutputCheck] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
-        return {"passed": self.passed, "precision": self.precision, "rule": self.rule,
-                "outputs": [asdict(o) for o in self.outputs]}
+        return {
+            "passed": self.passed,
+            "precision": self.precision,
+            "rule": self.rule,
+            "outputs": [asdict(o) for o in self.outputs],
+        }
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -82,8 +86,10 @@ def check_outputs(
     False
     """
     precision, rule = tolerance_for(precisions)
-    text = (f"{precision}: max|diff| <= {rule['atol']:g} + {rule['rtol']:g}*max|ref| and "
-            f"cosine >= {rule['min_cosine']:g}")
+    text = (
+        f"{precision}: max|diff| <= {rule['atol']:g} + {rule['rtol']:g}*max|ref| and "
+        f"cosine >= {rule['min_cosine']:g}"
+    )
     checks = []
     for name, ref in reference.items():
         out = got[name]
@@ -92,9 +98,16 @@ def check_outputs(
             continue
         if ref.dtype.kind not in "fc":
             same = bool(np.array_equal(ref, out))
-            checks.append(OutputCheck(name, 0.0 if same else float("inf"),
-                                      0.0 if same else float("inf"), 1.0 if same else 0.0,
-                                      None, same))
+            checks.append(
+                OutputCheck(
+                    name,
+                    0.0 if same else float("inf"),
+                    0.0 if same else float("inf"),
+                    1.0 if same else 0.0,
+                    None,
+                    same,
+                )
+            )
             continue
         diff = np.abs(out.astype(np.float64) - ref.astype(np.float64))
         max_abs = float(diff.max()) if diff.size else 0.0

@@ -2,7 +2,8 @@
 
 ``Session`` looks like onnxruntime's ``InferenceSession``: ``run(output_names, feeds)``.
 
-Each unit gets one long-lived worker thread that runs that unit's partitions in plan order; a
+Each unit gets one long-lived worker thread (the caller's own thread serves the unit of the last
+partition) that runs that unit's partitions in plan order; a
 partition waits until every partition it reads from has finished, then runs. Tensors are handed
 from partition to partition as the same numpy arrays (units in one process share host memory; no
 copy is made). onnxruntime and OpenVINO release the GIL while they compute, so partitions on
@@ -137,12 +138,19 @@ class Session:
             by_unit: dict[str, list[int]] = {}
             for i, p in enumerate(self.partitions):
                 by_unit.setdefault(p.unit, []).append(i)
+            # The caller's thread runs the partitions of the unit that produces the last
+            # partition (often the first one's unit too): a one-unit plan needs no thread
+            # hand-off at all, and every plan saves the wake-ups at its start or end.
+            self._caller_unit = self.partitions[-1].unit if self.partitions else ""
+            self._caller_idxs = by_unit.pop(self._caller_unit, [])
             for unit_name, idxs in by_unit.items():
                 q: queue.SimpleQueue = queue.SimpleQueue()
                 self._queues[unit_name] = q
                 t = threading.Thread(
-                    target=self._worker, args=(unit_name, idxs, q),
-                    name=f"partuner-{unit_name}", daemon=True,
+                    target=self._worker,
+                    args=(unit_name, idxs, q),
+                    name=f"partuner-{unit_name}",
+                    daemon=True,
                 )
                 t.start()
                 self._threads.append(t)
@@ -156,25 +164,33 @@ class Session:
             run = q.get()
             if run is None:
                 return
-            for i in idxs:
-                if run.aborted.is_set():
-                    break
-                part = self.partitions[i]
-                for d in self._deps[i]:
+            self._work(run, unit, idxs, None)
+
+    def _work(self, run: _Run, unit: str, idxs: list[int], deadline: float | None) -> int | None:
+        """Run ``idxs`` in order; returns the partition whose inputs missed ``deadline``."""
+        for i in idxs:
+            if run.aborted.is_set():
+                return None
+            part = self.partitions[i]
+            for d in self._deps[i]:
+                if deadline is None:
                     run.done[d].wait()
-                if run.aborted.is_set():
-                    break
-                try:
-                    t0 = time.perf_counter()
-                    outs = self._runners[i].run({v: run.values[v] for v in part.inputs})
-                    t1 = time.perf_counter()
-                    for v in part.outputs:
-                        run.values[v] = outs[v]
-                    run.trace.append(PartitionTrace(part.name, unit, t0 - run.t0, t1 - run.t0))
-                except BaseException as exc:  # surfaces in the caller
-                    run.fail(part.name, exc)
-                    break
-                run.done[i].set()
+                elif not run.done[d].wait(max(deadline - time.perf_counter(), 0.0)):
+                    return d
+            if run.aborted.is_set():
+                return None
+            try:
+                t0 = time.perf_counter()
+                outs = self._runners[i].run({v: run.values[v] for v in part.inputs})
+                t1 = time.perf_counter()
+                for v in part.outputs:
+                    run.values[v] = outs[v]
+                run.trace.append(PartitionTrace(part.name, unit, t0 - run.t0, t1 - run.t0))
+            except BaseException as exc:  # surfaces in the caller
+                run.fail(part.name, exc)
+                return None
+            run.done[i].set()
+        return None
 
     # -- caller side -----------------------------------------------------------------------
     def run(
@@ -191,31 +207,38 @@ class Session:
         names = list(output_names) if output_names is not None else list(self.graph.outputs)
         for n in names:
             if n not in self._out_part:
-                raise PartunerError(f"unknown output {n!r}; the model's outputs are "
-                                    f"{self.graph.outputs}")
+                raise PartunerError(
+                    f"unknown output {n!r}; the model's outputs are {self.graph.outputs}"
+                )
         run = _Run(feeds, len(self.partitions))
         for q in self._queues.values():
             q.put(run)
         limit = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.perf_counter() + limit
-        for n in names:
-            i = self._out_part[n]
-            if not run.done[i].wait(max(deadline - time.perf_counter(), 0.0)):
-                part = self.partitions[i]
-                run.fail(part.name, TimeoutError())
-                self.close()
-                raise RuntimeFailure(
-                    f"run timed out after {limit:g} s waiting for partition {part.name!r} on "
-                    f"unit {part.unit!r}; the session was closed"
-                )
-            if run.error is not None:
-                break
+        late = self._work(run, self._caller_unit, self._caller_idxs, deadline)
+        if late is None:
+            for n in names:
+                i = self._out_part[n]
+                if not run.done[i].wait(max(deadline - time.perf_counter(), 0.0)):
+                    late = i
+                    break
+                if run.error is not None:
+                    break
+        if late is not None and run.error is None:
+            part = self.partitions[late]
+            run.fail(part.name, TimeoutError())
+            self.close()
+            raise RuntimeFailure(
+                f"run timed out after {limit:g} s waiting for partition {part.name!r} on "
+                f"unit {part.unit!r}; the session was closed"
+            )
         if run.error is not None:
             part = next(p for p in self.partitions if p.name == run.failed_part)
             err = run.error
+            text = str(err).strip().splitlines()
             raise RuntimeFailure(
                 f"partition {part.name!r} on unit {part.unit!r} failed: "
-                f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300] if str(err).strip() else ''}"
+                f"{type(err).__name__}: {text[0][:300] if text else ''}"
             ) from err
         # Every worker has finished its share once all outputs exist only if all partitions
         # lead to an output; wait for the rest so the next run starts clean.

@@ -1,0 +1,434 @@
+"""The unit contract: what a processing unit is, how it runs a sub-model, and the backend registry.
+
+A :class:`Unit` is one place a sub-model can run (an onnxruntime session on one core, an OpenVINO
+device, a modeled accelerator). It says whether it is available here and why not, which ops it
+takes, how it is fingerprinted for the profile store, and turns an ONNX model into a
+:class:`Runner`. Backends register with :func:`register_backend`; third-party backends are found
+through the ``partuner.units`` entry-point group the first time the registry is asked for names.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import hashlib
+import json
+import logging
+import math
+import platform
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from partuner.errors import UnitError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+    from partuner.graph.model import ModelGraph, NodeInfo
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Runner",
+    "Unit",
+    "backend_names",
+    "get_backend",
+    "host_cpu_model",
+    "make_unit",
+    "register_backend",
+]
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "partuner.units"
+
+#: Options every backend accepts, on top of its own.
+COMMON_OPTIONS: dict[str, str] = {
+    "cores": "list of CPU core ids the unit occupies (declared, e.g. [0])",
+    "ops": "list of ONNX op types the unit runs (default: all)",
+}
+
+REQUIRED = object()
+
+
+class Runner(abc.ABC):
+    """A prepared sub-model on one unit. Not thread-safe: one thread runs a runner at a time;
+    runners of different units may run from different threads at once."""
+
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+
+    @abc.abstractmethod
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run once; ``feeds`` maps every input name to an array. Returns every output by name."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, default does nothing
+        """Release the session; the runner cannot run afterwards."""
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Unit(abc.ABC):
+    """One processing unit: a backend plus its options.
+
+    Subclasses set ``OPTIONS`` (option name -> what it accepts, shown in error messages) and
+    implement :meth:`_configure` (validate and normalize the options), :meth:`backend_version`,
+    :meth:`availability`, :meth:`prepare` and, for speed-relevant options,
+    :meth:`_speed_options`.
+    """
+
+    backend: ClassVar[str] = ""
+    OPTIONS: ClassVar[Mapping[str, str]] = {}
+    modeled: ClassVar[bool] = False
+    #: whether measurements depend on the host CPU (part of the fingerprint)
+    host_dependent: ClassVar[bool] = True
+
+    def __init__(self, name: str, **options: Any) -> None:
+        if not isinstance(name, str) or not name:
+            raise UnitError(f"a unit name must be a non-empty string, got {name!r}")
+        self.name = name
+        valid = self.option_names()
+        unknown = [k for k in options if k not in valid]
+        if unknown:
+            raise UnitError(
+                f"unknown option {unknown[0]!r} for backend {self.backend!r}; "
+                f"valid options: {valid}"
+            )
+        opts = dict(options)
+        self.cores: tuple[int, ...] | None = _parse_cores(opts.pop("cores", None))
+        self.ops: frozenset[str] | None = _parse_ops(opts.pop("ops", None))
+        self.precision: str = "f32"
+        self.options: dict[str, Any] = self._configure(opts)
+
+    # -- subclass hooks ---------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _configure(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Validate the backend's own options (pop them from ``options``), set ``precision``,
+        and return the normalized options with defaults filled in."""
+
+    @abc.abstractmethod
+    def backend_version(self) -> str:
+        """The backend library's version ("not-installed" when it cannot be imported)."""
+
+    @abc.abstractmethod
+    def availability(self) -> tuple[bool, str]:
+        """``(True, what it runs on)`` or ``(False, why not and how to fix it)``."""
+
+    @abc.abstractmethod
+    def prepare(self, model: onnx.ModelProto) -> Runner:
+        """Build a runner for ``model``; raises UnitUnavailableError or UnitError."""
+
+    @property
+    def host_memory(self) -> bool:
+        """Whether the unit computes in host memory, so tensors reach it without a copy (an
+        in-process CPU backend). Modeled units say False: they stand for another device."""
+        return False
+
+    def _speed_options(self) -> dict[str, Any]:
+        """The options that change speed (they enter the fingerprint)."""
+        return {}
+
+    def _fingerprint_tag(self) -> str:
+        """A short readable summary of the speed options for the fingerprint's prefix."""
+        return self.precision
+
+    # -- shared behaviour -------------------------------------------------------------------
+
+    @classmethod
+    def option_names(cls) -> list[str]:
+        """Every option this backend accepts, sorted."""
+        return sorted({*cls.OPTIONS, *COMMON_OPTIONS})
+
+    def supports(self, node: NodeInfo, graph: ModelGraph | None = None) -> bool:
+        """Whether this unit can run ``node`` (by op type; ``ops=None`` means every op)."""
+        return self.ops is None or node.op_type in self.ops
+
+    def modeled_time_us(
+        self,
+        nodes: Sequence[NodeInfo],
+        graph: ModelGraph | None = None,
+        *,
+        include_overhead: bool = True,
+    ) -> float:
+        """Computed run time of ``nodes``; only modeled units have one."""
+        raise NotImplementedError(
+            f"unit {self.name!r} ({self.backend}) is measured, not modeled: profile it instead"
+        )
+
+    def fingerprint(self) -> str:
+        """Identify what this unit's measurements depend on: backend, its version, the options
+        that change speed, precision and host CPU model. Not the name or cores, so identical
+        units share measurements. Form: ``<backend>-<version>-<tag>-<12 hex digits>``."""
+        fields: dict[str, Any] = {
+            "backend": self.backend,
+            "version": self.backend_version(),
+            "precision": self.precision,
+            "speed": self._speed_options(),
+        }
+        if self.host_dependent:
+            fields["host"] = host_cpu_model()
+        blob = json.dumps(fields, sort_keys=True, default=str).encode()
+        digest = hashlib.sha256(blob).hexdigest()[:12]
+        version = self.backend_version().split("-")[0].split("+")[0]
+        prefix = f"{self.backend}-{version}-{self._fingerprint_tag()}"
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", prefix) + "-" + digest
+
+    def spec(self) -> dict[str, Any]:
+        """This unit as a units-file entry (``backend`` + options); ``make_unit(name, **spec)``
+        rebuilds an equal unit."""
+        out: dict[str, Any] = {"backend": self.backend}
+        out.update({k: _jsonable(v) for k, v in self.options.items() if v is not None})
+        if self.cores is not None:
+            out["cores"] = list(self.cores)
+        if self.ops is not None:
+            out["ops"] = sorted(self.ops)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready summary (for ``partuner units --json``); ``spec`` rebuilds the unit."""
+        ok, reason = self.availability()
+        return {
+            "name": self.name,
+            "backend": self.backend,
+            "backend_version": self.backend_version(),
+            "precision": self.precision,
+            "modeled": self.modeled,
+            "cores": list(self.cores) if self.cores is not None else None,
+            "ops": sorted(self.ops) if self.ops is not None else None,
+            "options": {k: _jsonable(v) for k, v in self.options.items()},
+            "available": ok,
+            "reason": reason,
+            "host_memory": self.host_memory,
+            "fingerprint": self.fingerprint(),
+            "spec": self.spec(),
+        }
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"{type(self).__name__}({self.name!r}, {opts})"
+
+
+# -- option parsing helpers (used by the backends) --------------------------------------------
+
+
+def _type_name(value: object) -> str:
+    return type(value).__name__
+
+
+def opt_int(opts: dict[str, Any], key: str, default: Any, *, minimum: int | None = None) -> Any:
+    """Pop an integer option (``None`` stays ``None`` when it is the default)."""
+    value = opts.pop(key, default)
+    if value is REQUIRED:
+        raise UnitError(f"option {key!r} is required")
+    if value is None and default is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UnitError(f"option {key!r} must be an integer, got {value!r} ({_type_name(value)})")
+    if minimum is not None and value < minimum:
+        raise UnitError(f"option {key!r} must be >= {minimum}, got {value}")
+    return value
+
+
+def opt_number(
+    opts: dict[str, Any],
+    key: str,
+    default: Any,
+    *,
+    positive: bool = False,
+    minimum: float | None = None,
+    hint: str = "",
+) -> float:
+    """Pop a finite real option; ``positive`` requires > 0, ``minimum`` requires >= it."""
+    value = opts.pop(key, default)
+    if value is REQUIRED:
+        raise UnitError(f"option {key!r} is required{hint}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise UnitError(f"option {key!r} must be a finite number, got {value!r}")
+    if positive and value <= 0:
+        raise UnitError(f"option {key!r} must be > 0, got {value}")
+    if minimum is not None and value < minimum:
+        raise UnitError(f"option {key!r} must be >= {minimum}, got {value}")
+    return float(value)
+
+
+def opt_bool(opts: dict[str, Any], key: str, default: bool) -> bool:
+    value = opts.pop(key, default)
+    if not isinstance(value, bool):
+        raise UnitError(f"option {key!r} must be true or false, got {value!r}")
+    return value
+
+
+def opt_choice(opts: dict[str, Any], key: str, default: str, choices: Iterable[str]) -> str:
+    """Pop a string option that must be one of ``choices`` (compared case-insensitively)."""
+    value = opts.pop(key, default)
+    allowed = list(choices)
+    if isinstance(value, str):
+        for c in allowed:
+            if value.lower() == c.lower():
+                return c
+    raise UnitError(f"option {key!r} must be one of {allowed}, got {value!r}")
+
+
+def opt_str(opts: dict[str, Any], key: str, default: str) -> str:
+    value = opts.pop(key, default)
+    if not isinstance(value, str) or not value:
+        raise UnitError(f"option {key!r} must be a non-empty string, got {value!r}")
+    return value
+
+
+def opt_str_map(opts: dict[str, Any], key: str, *, as_str: bool = True) -> dict[str, Any]:
+    """Pop a mapping of names to scalars; with ``as_str`` values become strings (bools "1"/"0")."""
+    value = opts.pop(key, None)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise UnitError(f"option {key!r} must be a mapping of names to values, got {value!r}")
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, str | int | float | bool):
+            raise UnitError(f"option {key!r}: entry {k!r}: {v!r} must map a name to a scalar")
+        if as_str:
+            v = ("1" if v else "0") if isinstance(v, bool) else str(v)
+        out[k] = v
+    return out
+
+
+def _parse_cores(value: object) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list | tuple) or not value:
+        raise UnitError(f"option 'cores' must be a non-empty list of core ids, got {value!r}")
+    for c in value:
+        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+            raise UnitError(f"option 'cores' must list core ids >= 0, got {c!r}")
+    if len(set(value)) != len(value):
+        raise UnitError(f"option 'cores' lists a core twice: {list(value)}")
+    return tuple(value)
+
+
+def _parse_ops(value: object) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple | set | frozenset) or not value:
+        raise UnitError(f"option 'ops' must be a non-empty list of op types, got {value!r}")
+    for op in value:
+        if not isinstance(op, str) or not op:
+            raise UnitError(f"option 'ops' must list op type names like Conv, got {op!r}")
+    return frozenset(value)
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, frozenset | set | tuple):
+        return sorted(value) if isinstance(value, frozenset | set) else list(value)
+    return value
+
+
+@functools.cache
+def host_cpu_model() -> str:
+    """The host CPU's model name (from /proc/cpuinfo, else ``platform``)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                if key.strip() in ("model name", "Hardware", "cpu model") and val.strip():
+                    return val.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+# -- registry ---------------------------------------------------------------------------------
+
+_BACKENDS: dict[str, type[Unit]] = {}
+_EP_ERRORS: dict[str, str] = {}
+_EP_LOCK = threading.Lock()
+_ep_loaded = False
+
+U = TypeVar("U", bound=type[Unit])
+
+
+def register_backend(name: str) -> Callable[[U], U]:
+    """Class decorator registering a :class:`Unit` subclass under ``name``."""
+
+    def deco(cls: U) -> U:
+        if not (isinstance(cls, type) and issubclass(cls, Unit)):
+            raise TypeError(f"@register_backend({name!r}) needs a Unit subclass, got {cls!r}")
+        old = _BACKENDS.get(name)
+        if old is not None and old is not cls:
+            raise ValueError(f"backend {name!r} is already registered by {old.__qualname__}")
+        cls.backend = name
+        _BACKENDS[name] = cls
+        return cls
+
+    return deco
+
+
+def _load_entry_points() -> None:
+    """Import third-party backends from the ``partuner.units`` entry points, once; a broken
+    one is logged and remembered, never fatal."""
+    global _ep_loaded
+    import importlib.metadata
+
+    with _EP_LOCK:
+        if _ep_loaded:
+            return
+        _ep_loaded = True
+        try:
+            eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+        except Exception as exc:  # broken metadata must not break partuner
+            log.warning("cannot list %s entry points: %s", ENTRY_POINT_GROUP, exc)
+            return
+        for ep in eps:
+            if ep.name in _BACKENDS:
+                continue
+            try:
+                obj = ep.load()
+            except Exception as exc:
+                _EP_ERRORS[ep.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                log.warning("unit backend %r (%s) failed to load: %s", ep.name, ep.value, exc)
+                continue
+            if isinstance(obj, type) and issubclass(obj, Unit):
+                if obj.backend and obj.backend in _BACKENDS:
+                    continue
+                register_backend(ep.name)(obj)
+            elif ep.name not in _BACKENDS:
+                _EP_ERRORS[ep.name] = f"entry point {ep.value} is not a Unit subclass"
+                log.warning("unit backend %r: %s is not a Unit subclass", ep.name, ep.value)
+
+
+def backend_names() -> list[str]:
+    """Names of every registered backend (built-ins and entry points), sorted."""
+    _load_entry_points()
+    return sorted(_BACKENDS)
+
+
+def get_backend(name: str) -> type[Unit]:
+    """The Unit class registered as ``name``; raises UnitError naming the known backends."""
+    if name not in _BACKENDS:
+        _load_entry_points()
+    try:
+        return _BACKENDS[name]
+    except (KeyError, TypeError):
+        if isinstance(name, str) and name in _EP_ERRORS:
+            raise UnitError(f"backend {name!r} failed to load: {_EP_ERRORS[name]}") from None
+        raise UnitError(f"unknown backend {name!r}; known: {sorted(_BACKENDS)}") from None
+
+
+def make_unit(name: str, backend: str, **options: Any) -> Unit:
+    """Build a unit: ``make_unit("cpu0", "onnxruntime", threads=1)``; raises UnitError."""
+    return get_backend(backend)(name, **options)

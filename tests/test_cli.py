@@ -1,0 +1,175 @@
+"""The command line: the main job end to end, and one clear line + exit 2 for each bad input."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+import pytest
+import yaml
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+from partuner.cli import main
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def _fails_cleanly(result, *needles: str) -> None:
+    assert result.exit_code == 2, result.output
+    lines = [x for x in result.output.splitlines() if x.strip()]
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("partuner: error: ")
+    assert "Traceback" not in result.output
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.fixture()
+def dynamic_model(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    p = tmp_path / "dyn.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), p)
+    return p
+
+
+def test_tune_then_run_and_export(tmp_path, branchy_file, units_file, db):
+    out = tmp_path / "out"
+    r = _invoke(
+        "tune",
+        branchy_file,
+        "--units",
+        units_file,
+        "--db",
+        db,
+        "-o",
+        out,
+        "--repeat",
+        "3",
+        "--json",
+    )
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["check"]["passed"] is True
+    assert res["measured_ms"] > 0 and res["predicted_ms"] > 0
+    assert {"single", "heft"} <= set(res["schedulers"])
+    assert res["predicted_ms"] <= min(s["predicted_ms"] for s in res["schedulers"].values())
+    assert (out / "plan.yaml").exists() and (out / "manifest.json").exists()
+    assert len(list((out / "partitions").glob("*.onnx"))) == res["partitions"]
+
+    r = _invoke("run", branchy_file, "--plan", out / "plan.yaml", "--repeat", "3", "--json")
+    assert r.exit_code == 0, r.output
+    run = json.loads(r.output)
+    assert run["partitions"] == res["partitions"]
+    assert run["check"]["passed"] and run["measured_ms"] > 0
+    assert run["predicted_ms"] == pytest.approx(res["predicted_ms"], rel=1e-3)
+
+    r = _invoke("export", branchy_file, "--plan", out / "plan.yaml", "-o", tmp_path / "exp")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "exp" / "manifest.json").exists()
+
+    r = _invoke("check", branchy_file, "--plan", out / "plan.yaml")
+    assert r.exit_code == 0 and "passed" in r.output
+
+
+def test_plan_compare_and_modeled_labels(tmp_path, branchy_file, npu_units_file, db):
+    r = _invoke(
+        "plan",
+        branchy_file,
+        "--units",
+        npu_units_file,
+        "--db",
+        db,
+        "--compare",
+        "--json",
+        "-o",
+        tmp_path / "p.yaml",
+        "--dump-problem",
+        tmp_path / "prob.json",
+    )
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["lower_bound_ms"] <= res["predicted_ms"]
+    assert set(res["schedulers"]) >= {"single", "heft"}
+    prob = json.loads((tmp_path / "prob.json").read_text())
+    assert prob["modeled"] == ["npu"]
+    r = _invoke("plan", branchy_file, "--units", npu_units_file, "--db", db)
+    assert r.exit_code == 0
+    if json.loads(
+        _invoke("plan", branchy_file, "--units", npu_units_file, "--db", db, "--json").output
+    )["modeled"]:
+        assert "(modeled)" in r.output
+
+
+def test_inspect_units_zoo(tmp_path, branchy_file, units_file):
+    r = _invoke("inspect", branchy_file, "--json")
+    info = json.loads(r.output)
+    assert info["inputs"]["input"]["shape"] == [1, 3, 32, 32]
+    assert len(info["branch_groups"]) >= 3
+    r = _invoke("units", "--units", units_file, "--json")
+    assert [u["name"] for u in json.loads(r.output)["units"]] == ["cpu0", "cpu1"]
+    r = _invoke("zoo", "--list")
+    assert "googlenet" in r.output
+    r = _invoke("zoo", "squeezenet", "-o", tmp_path / "s.onnx", "--image-size", "64")
+    assert r.exit_code == 0 and (tmp_path / "s.onnx").exists()
+
+
+def test_bad_models(tmp_path, branchy_file, dynamic_model):
+    _fails_cleanly(_invoke("inspect", tmp_path / "nope.onnx"), "not found")
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x00\x01garbage" * 50)
+    _fails_cleanly(_invoke("inspect", junk), str(junk))
+    trunc = tmp_path / "trunc.onnx"
+    trunc.write_bytes(branchy_file.read_bytes()[: branchy_file.stat().st_size // 2])
+    _fails_cleanly(_invoke("inspect", trunc), str(trunc))
+    bad = onnx.load(branchy_file)
+    bad.graph.node[0].input[0] = "undefined_value"
+    p = tmp_path / "bad.onnx"
+    onnx.save(bad, p)
+    _fails_cleanly(_invoke("inspect", p), "checker")
+    _fails_cleanly(_invoke("inspect", dynamic_model), "--input-shape x=")
+    _fails_cleanly(_invoke("inspect", dynamic_model, "--input-shape", "y=2x4"), "'y'", "['x']")
+    _fails_cleanly(_invoke("inspect", dynamic_model, "--input-shape", "x=2by4"), "NAME=DIMS")
+    r = _invoke("inspect", dynamic_model, "--input-shape", "x=2x4", "--json")
+    assert json.loads(r.output)["inputs"]["x"]["shape"] == [2, 4]
+    _fails_cleanly(_invoke("tune", "zoo:nosuch"), "nosuch", "googlenet")
+
+
+def test_bad_units_and_plans(tmp_path, branchy_file, units_file, db):
+    u = tmp_path / "u.yaml"
+    u.write_text("units:\n  a: {backend: tensorrtx}\n")
+    _fails_cleanly(_invoke("units", "--units", u), "tensorrtx", "onnxruntime")
+    u.write_text("units:\n  a: {backend: onnxruntime, threadz: 2}\n")
+    _fails_cleanly(_invoke("units", "--units", u), "threadz")
+    u.write_text("units:\n  a: {backend: onnxruntime, provider: cuda}\n")
+    r = _invoke("profile", branchy_file, "--units", u, "--db", db)
+    if r.exit_code != 0:
+        _fails_cleanly(r, "'a'", "not available")
+    _fails_cleanly(
+        _invoke("plan", branchy_file, "--units", units_file, "--db", db, "--scheduler", "hef"),
+        "hef",
+        "heft",
+    )
+    plan = tmp_path / "plan.yaml"
+    r = _invoke("plan", branchy_file, "--units", units_file, "--db", db, "-o", plan)
+    assert r.exit_code == 0, r.output
+    doc = yaml.safe_load(plan.read_text())
+    doc["partuner"]["partitions"][0]["nodes"][0] = "Xonv_9"
+    (tmp_path / "bad_node.yaml").write_text(yaml.safe_dump(doc))
+    _fails_cleanly(_invoke("run", branchy_file, "--plan", tmp_path / "bad_node.yaml"), "Xonv_9")
+    doc = yaml.safe_load(plan.read_text())
+    doc["partuner"]["partitions"][0]["unit"] = "tpu9"
+    (tmp_path / "bad_unit.yaml").write_text(yaml.safe_dump(doc))
+    _fails_cleanly(
+        _invoke("run", branchy_file, "--plan", tmp_path / "bad_unit.yaml", "--units", units_file),
+        "tpu9",
+        "cpu0",
+    )
+    _fails_cleanly(_invoke("run", branchy_file, "--plan", tmp_path / "none.yaml"), "not found")
+    other = tmp_path / "other.onnx"
+    _invoke("zoo", "branchy", "-o", other, "--image-size", "48")
+    _fails_cleanly(_invoke("run", other, "--plan", plan), "another model")
