@@ -120,8 +120,13 @@ def plan_to_dict(plan: PlanFile) -> dict[str, Any]:
             "modeled": plan.modeled,
             "units": plan.units,
             "partitions": [
-                {"name": p.name, "unit": p.unit, "start_ms": _ms(p.start_us),
-                 "end_ms": _ms(p.end_us), "nodes": list(p.nodes)}
+                {
+                    "name": p.name,
+                    "unit": p.unit,
+                    "start_ms": _ms(p.start_us),
+                    "end_ms": _ms(p.end_us),
+                    "nodes": list(p.nodes),
+                }
                 for p in plan.partitions
             ],
         },
@@ -179,12 +184,19 @@ def _read_own(doc: dict[str, Any], own: dict[str, Any], where: str) -> PlanFile:
         if not isinstance(e, dict) or not {"name", "unit", "nodes"} <= set(e):
             raise PlanFileError(f"{where}: partuner.partitions[{k}] needs name, unit and nodes")
         start, end = _us(e.get("start_ms")), _us(e.get("end_ms"))
-        parts.append(PartitionSpec(str(e["name"]), str(e["unit"]),
-                                   tuple(str(n) for n in e["nodes"]),
-                                   math.nan if start is None else start,
-                                   math.nan if end is None else end))
-    parallel = [g.strip("()").split("||") for g in _split(doc.get("parallelPartitions"),
-                                                          "parallelPartitions", where)]
+        parts.append(
+            PartitionSpec(
+                str(e["name"]),
+                str(e["unit"]),
+                tuple(str(n) for n in e["nodes"]),
+                math.nan if start is None else start,
+                math.nan if end is None else end,
+            )
+        )
+    parallel = [
+        g.strip("()").split("||")
+        for g in _split(doc.get("parallelPartitions"), "parallelPartitions", where)
+    ]
     return PlanFile(
         partitions=parts,
         model=str(own.get("model", doc.get("funcName", ""))),
@@ -222,12 +234,19 @@ def _read_nestc(doc: dict[str, Any], where: str) -> PlanFile:
             raise PlanFileError(f"{where}: bad nodeToPartition item {item!r} (want node-index)")
         i = int(idx)
         if i >= len(names):
-            raise PlanFileError(f"{where}: node {node!r} maps to partition {i}, but there are "
-                                f"only {len(names)}")
+            raise PlanFileError(
+                f"{where}: node {node!r} maps to partition {i}, but there are only {len(names)}"
+            )
         nodes[i].append(node)
-    parts = [PartitionSpec(n, b, tuple(ns)) for n, b, ns in zip(names, backends, nodes,
-                                                                  strict=True) if ns]
-    parallel = [g.strip("()").split("||") for g in _split(doc.get("parallelPartitions"),
-                                                          "parallelPartitions", where)]
-    return PlanFile(partitions=parts, model=str(doc.get("funcName", "")), parallel=parallel,
-                    source=where)
+    parts = [
+        PartitionSpec(n, b, tuple(ns))
+        for n, b, ns in zip(names, backends, nodes, strict=True)
+        if ns
+    ]
+    parallel = [
+        g.strip("()").split("||")
+        for g in _split(doc.get("parallelPartitions"), "parallelPartitions", where)
+    ]
+    return PlanFile(
+        partitions=parts, model=str(doc.get("funcName", "")), parallel=parallel, source=where
+    )

@@ -1,0 +1,150 @@
+"""Pieces shared by the schedulers: upward rank, insertion slots and makespan lower bounds.
+
+All functions expect a validated :class:`~partuner.plan.problem.Problem`.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Sequence
+
+from partuner.plan.problem import Problem
+
+__all__ = [
+    "upward_rank",
+    "earliest_insertion",
+    "critical_path_bound",
+    "total_work_bound",
+    "lower_bound",
+    "min_cost",
+]
+
+
+def min_cost(problem: Problem, node: str) -> float:
+    """The smallest cost of ``node`` over all units."""
+    return min(problem.cost[node][u] for u in problem.units)
+
+
+def _mean_cost(problem: Problem, node: str) -> float:
+    finite = [c for c in (problem.cost[node][u] for u in problem.units) if math.isfinite(c)]
+    return sum(finite) / len(finite)
+
+
+def _mean_comm(problem: Problem, src: str, dst: str) -> float:
+    nbytes = problem.pair_nbytes(src, dst)
+    times = [
+        problem.transfer_us(u, v, nbytes)
+        for u in problem.runnable_units(src)
+        for v in problem.runnable_units(dst)
+        if u != v
+    ]
+    return sum(times) / len(times) if times else 0.0
+
+
+def upward_rank(problem: Problem) -> dict[str, float]:
+    """The upward rank of every node (Topcuoglu, Hariri and Wu 2002, eq. 7).
+
+    ``rank(n) = mean cost of n + max over successors s of (mean transfer(n, s) + rank(s))``,
+    where a mean cost is over the units that can run the node and a mean transfer is over the
+    pairs of distinct units that can run the two ends.
+
+    Parameters
+    ----------
+    problem : Problem
+        A validated problem.
+
+    Returns
+    -------
+    dict
+        ``{node: rank}`` in µs; a node's rank is at least each successor's.
+
+    Examples
+    --------
+    >>> from partuner.plan.problem import Problem, Edge
+    >>> p = Problem(["a", "b"], ["u", "v"], {"a": {"u": 2, "v": 4}, "b": {"u": 1, "v": 1}},
+    ...             [Edge("a", "b", 0)])
+    >>> upward_rank(p)
+    {'b': 1.0, 'a': 4.0}
+    """
+    rank: dict[str, float] = {}
+    for n in reversed(problem.nodes):
+        tail = max((_mean_comm(problem, n, s) + rank[s] for s in problem.succs(n)), default=0.0)
+        rank[n] = _mean_cost(problem, n) + tail
+    return rank
+
+
+def earliest_insertion(busy: Sequence[tuple[float, float]], ready: float, duration: float) -> float:
+    """The earliest start ``>= ready`` of a ``duration``-long job among ``busy`` intervals.
+
+    The insertion policy of HEFT: the job may go into an idle gap between two busy intervals if
+    it fits, else after the last one.
+
+    Parameters
+    ----------
+    busy : sequence of (start, end)
+        The unit's busy intervals, sorted and not overlapping.
+    ready : float
+        When the job's inputs are all available.
+    duration : float
+        How long the job runs.
+
+    Returns
+    -------
+    float
+        The start time.
+
+    Examples
+    --------
+    >>> earliest_insertion([(0, 5), (8, 12)], ready=1, duration=3)
+    5
+    >>> earliest_insertion([(0, 5), (8, 12)], ready=1, duration=4)
+    12
+    """
+    # Intervals ending at or before ``ready`` cannot delay the job.
+    i = bisect_right(busy, ready, key=lambda iv: iv[1])
+    prev_end = busy[i - 1][1] if i > 0 else ready
+    for start, end in busy[i:]:
+        candidate = max(ready, prev_end)
+        if candidate + duration <= start:
+            return candidate
+        prev_end = end
+    return max(ready, prev_end)
+
+
+def critical_path_bound(problem: Problem) -> float:
+    """The longest path through the DAG with each node at its minimum cost, transfers ignored.
+
+    No schedule can finish earlier: a path's nodes run one after another.
+
+    >>> from partuner.plan.problem import Problem, Edge
+    >>> p = Problem(["a", "b", "c"], ["u"], {"a": {"u": 2}, "b": {"u": 3}, "c": {"u": 4}},
+    ...             [Edge("a", "b", 0), Edge("a", "c", 0)])
+    >>> critical_path_bound(p)
+    6
+    """
+    finish: dict[str, float] = {}
+    for n in problem.nodes:
+        start = max((finish[p] for p in problem.preds(n)), default=0)
+        finish[n] = start + min_cost(problem, n)
+    return max(finish.values(), default=0.0)
+
+
+def total_work_bound(problem: Problem) -> float:
+    """The sum of the nodes' minimum costs divided by the number of units.
+
+    No schedule can finish earlier: the units together must do at least that much work.
+
+    >>> from partuner.plan.problem import Problem
+    >>> total_work_bound(Problem(["a", "b"], ["u", "v"], {"a": {"u": 2, "v": 9},
+    ...                                                   "b": {"u": 4, "v": 4}}))
+    3.0
+    """
+    if not problem.units:
+        return 0.0
+    return sum(min_cost(problem, n) for n in problem.nodes) / len(problem.units)
+
+
+def lower_bound(problem: Problem) -> float:
+    """The larger of :func:`critical_path_bound` and :func:`total_work_bound`."""
+    return float(max(critical_path_bound(problem), total_work_bound(problem)))

@@ -1,0 +1,244 @@
+"""From a schedule to partitions (one compiled sub-model call each) and their predicted latency.
+
+A partition is a run of nodes that one unit executes in a single call. :func:`make_partitions`
+cuts each unit's node sequence so that a partition's inputs are all available when it starts and
+the partitions form a DAG; :func:`~partuner.plan.simulate.simulate` predicts the latency of
+running them; a :class:`Plan` holds the partitions and the predicted figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from partuner.errors import InfeasiblePlanError
+from partuner.plan.common import lower_bound
+from partuner.plan.problem import Problem
+from partuner.plan.schedule import Schedule, Slot
+from partuner.plan.simulate import Timing, simulate
+
+__all__ = [
+    "Partition",
+    "Timing",
+    "Plan",
+    "make_partitions",
+    "simulate",
+    "plan_from_schedule",
+    "plan_from_assignment",
+]
+
+_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Nodes that ``unit`` runs in one call, in order, with their predicted start and end (µs).
+
+    :func:`make_partitions` fills ``start_us``/``end_us`` from :func:`simulate`; they are not
+    read back, so partitions built by hand may leave them at 0.
+    """
+
+    name: str
+    unit: str
+    nodes: tuple[str, ...]
+    start_us: float = 0.0
+    end_us: float = 0.0
+
+
+def make_partitions(problem: Problem, schedule: Schedule) -> list[Partition]:
+    """Cut a valid schedule into partitions, named ``p0, p1, ...`` in a topological order.
+
+    Nodes are visited in schedule order (start, end, topological index: a topological order
+    for a valid schedule). Each joins the open run of its unit unless (a) an input from another
+    unit reaches it (producer end + transfer) after that run starts, or (b) joining would make
+    the partition graph cyclic, counting each unit's run order as dependencies (only possible
+    with zero-time nodes and transfers); then it opens a new run. Partition times come from
+    :func:`simulate`, which can run the result without deadlock.
+
+    Raises
+    ------
+    InvalidScheduleError
+        The schedule does not fit the problem.
+    """
+    schedule.validate(problem)
+    slots = schedule.slots
+    order = sorted(problem.nodes, key=lambda n: (slots[n].start, slots[n].end, problem.index(n)))
+    group_of: dict[str, int] = {}
+    groups: list[list[str]] = []
+    out: list[set[int]] = []  # out[g]: the groups reading from g or run after it on its unit
+    open_run: dict[str, int] = {}
+    for n in order:
+        unit = slots[n].unit
+        inputs = {group_of[p] for p in problem.preds(n)}
+        g = open_run.get(unit)
+        if g is not None and (
+            _late_input(problem, slots, n, slots[groups[g][0]].start)
+            or not inputs.isdisjoint(_descendants(out, g))
+        ):
+            g = None
+        if g is None:
+            g = len(groups)
+            groups.append([])
+            out.append(set())
+            if unit in open_run:
+                out[open_run[unit]].add(g)
+            open_run[unit] = g
+        groups[g].append(n)
+        group_of[n] = g
+        for q in inputs - {g}:
+            out[q].add(g)
+    first = [slots[nodes[0]] for nodes in groups]
+    unit_pos = {u: i for i, u in enumerate(problem.units)}
+    indegree = [0] * len(groups)
+    for targets in out:
+        for g in targets:
+            indegree[g] += 1
+    heap = [(first[g].start, unit_pos[first[g].unit], g) for g in range(len(groups))]
+    heap = [k for k in heap if indegree[k[2]] == 0]
+    heapq.heapify(heap)
+    parts: list[Partition] = []
+    while heap:
+        g = heapq.heappop(heap)[2]
+        parts.append(Partition(f"p{len(parts)}", first[g].unit, tuple(groups[g])))
+        for h in sorted(out[g]):
+            indegree[h] -= 1
+            if indegree[h] == 0:
+                heapq.heappush(heap, (first[h].start, unit_pos[first[h].unit], h))
+    timing = simulate(problem, parts)
+    return [
+        dataclasses.replace(p, start_us=timing.start_us[p.name], end_us=timing.end_us[p.name])
+        for p in parts
+    ]
+
+
+def _late_input(problem: Problem, slots: Mapping[str, Slot], n: str, run_start: float) -> bool:
+    unit = slots[n].unit
+    for p in problem.preds(n):
+        ps = slots[p]
+        if ps.unit != unit:
+            arrival = ps.end + problem.comm_us(p, n, ps.unit, unit)
+            if arrival > run_start + _TOL * max(1.0, abs(run_start)):
+                return True
+    return False
+
+
+def _descendants(out: list[set[int]], g: int) -> set[int]:
+    seen = {g}
+    stack = [g]
+    while stack:
+        for h in out[stack.pop()]:
+            if h not in seen:
+                seen.add(h)
+                stack.append(h)
+    return seen - {g}
+
+
+@dataclass
+class Plan:
+    """Partitions to run, in a topological order, and what the planner predicts for them.
+
+    ``predicted_us`` is the :func:`simulate` makespan; ``lower_bound_us`` a lower bound on any
+    plan's latency for the problem (transfers and call overheads ignored); ``modeled`` is true
+    when some partition's unit has computed rather than measured costs.
+    """
+
+    partitions: list[Partition]
+    units: list[str]
+    scheduler: str
+    status: str
+    predicted_us: float
+    lower_bound_us: float | None = None
+    modeled: bool = False
+
+    @property
+    def node_unit(self) -> dict[str, str]:
+        """``{node: unit}``."""
+        return {n: p.unit for p in self.partitions for n in p.nodes}
+
+    def parallel_groups(self) -> list[list[str]]:
+        """Partitions predicted to run at the same time on different units.
+
+        The maximal sets of partitions whose predicted intervals all overlap (NEST-C's
+        ``(p5||p6)``), in time order, each listed in partition order; only sets of two or more.
+        """
+        pos = {p.name: i for i, p in enumerate(self.partitions)}
+        events = []
+        for p in self.partitions:
+            if p.end_us > p.start_us:
+                events += [(p.start_us, 1, p.name), (p.end_us, 0, p.name)]
+        events.sort()  # at equal times ends come first: touching intervals do not overlap
+        active: set[str] = set()
+        groups: list[list[str]] = []
+        grew = False
+        for _, is_start, name in events:
+            if is_start:
+                active.add(name)
+                grew = True
+                continue
+            if grew and len(active) > 1:
+                groups.append(sorted(active, key=pos.__getitem__))
+            grew = False
+            active.discard(name)
+        return groups
+
+
+def plan_from_schedule(problem: Problem, schedule: Schedule) -> Plan:
+    """Cut ``schedule`` into partitions and predict their latency."""
+    parts = make_partitions(problem, schedule)
+    used = {p.unit for p in parts}
+    return Plan(
+        partitions=parts,
+        units=[u for u in problem.units if u in used],
+        scheduler=schedule.scheduler,
+        status=schedule.status,
+        predicted_us=max((p.end_us for p in parts), default=0.0),
+        lower_bound_us=lower_bound(problem),
+        modeled=bool(used & problem.modeled),
+    )
+
+
+def plan_from_assignment(
+    problem: Problem,
+    assignment: Mapping[str, str],
+    *,
+    scheduler: str = "imported",
+    status: str = "feasible",
+) -> Plan:
+    """The plan that runs each node on ``assignment[node]`` (e.g. an imported plan file).
+
+    Nodes are list-scheduled in topological order, each as early as its unit and inputs allow.
+
+    Raises
+    ------
+    InfeasiblePlanError
+        A node unassigned or unknown, an unknown unit, or a node its unit cannot run.
+    """
+    problem.validate()
+    for n in assignment:
+        if n not in problem.cost:
+            raise InfeasiblePlanError(f"the assignment names unknown node {n!r}")
+    free = dict.fromkeys(problem.units, 0.0)
+    slots: dict[str, Slot] = {}
+    for n in problem.nodes:
+        unit = assignment.get(n)
+        if unit is None:
+            raise InfeasiblePlanError(f"node {n!r} is assigned to no unit")
+        if unit not in free:
+            raise InfeasiblePlanError(
+                f"node {n!r} is assigned to unknown unit {unit!r}; units are {problem.units}"
+            )
+        cost = problem.cost[n][unit]
+        if math.isinf(cost):
+            raise InfeasiblePlanError(
+                f"node {n!r} is assigned to unit {unit!r}, which cannot run it"
+            )
+        start = free[unit]
+        for p in problem.preds(n):
+            ps = slots[p]
+            start = max(start, ps.end + problem.comm_us(p, n, ps.unit, unit))
+        slots[n] = Slot(n, unit, start, start + cost)
+        free[unit] = start + cost
+    return plan_from_schedule(problem, Schedule(slots, scheduler, status, lower_bound(problem)))

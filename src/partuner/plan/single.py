@@ -1,0 +1,42 @@
+"""The baseline: the whole model on one unit."""
+
+from __future__ import annotations
+
+import math
+
+from partuner.errors import InfeasiblePlanError
+from partuner.plan.common import lower_bound
+from partuner.plan.problem import Problem
+from partuner.plan.registry import Scheduler, register
+from partuner.plan.schedule import Schedule, Slot
+
+__all__ = ["SingleUnit"]
+
+
+@register
+class SingleUnit(Scheduler):
+    """Every node on the one unit with the smallest total cost, back to back in topological order.
+
+    The baseline every other scheduler is compared against (no transfers, one partition). Units
+    that cannot run some node are skipped; ties go to the unit listed first.
+    """
+
+    name = "single"
+
+    def schedule(self, problem: Problem, *, time_limit: float | None = None) -> Schedule:
+        problem.validate()
+        totals = {u: sum(problem.cost[n][u] for n in problem.nodes) for u in problem.units}
+        able = [u for u in problem.units if math.isfinite(totals[u])]
+        if not able:
+            raise InfeasiblePlanError(
+                f"no single unit can run every node of {problem.name!r} "
+                f"(tried {problem.units}); use a scheduler that splits, such as 'heft'"
+            )
+        unit = min(able, key=lambda u: totals[u])
+        slots: dict[str, Slot] = {}
+        t = 0.0
+        for n in problem.nodes:
+            end = t + problem.cost[n][unit]
+            slots[n] = Slot(n, unit, t, end)
+            t = end
+        return Schedule(slots, self.name, "heuristic", lower_bound(problem))
