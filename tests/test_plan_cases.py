@@ -64,12 +64,25 @@ UNIT_SETS = {
         {("cpu", "npu"): Link(5.0, 1.0)},
         {"npu": 10.0},
     ),
+    # a 2-core machine offering two 1-thread units and one 2-thread unit on both cores
+    "shared_cores": (
+        {"cpu0": 1.0, "cpu1": 1.0, "cpu01": 0.6},
+        None,
+        {},
+        {"cpu01": 1.0},
+    ),
     "more_units_than_nodes": (
         {f"u{j}": 1.0 + 0.5 * j for j in range(12)},
         None,
         {("u0", "u1"): Link(0.0, math.inf), ("u2", "u0"): Link(3.0, 0.5)},
         {"u3": 1.0},
     ),
+}
+
+
+# unit set -> the hardware each unit occupies (units sharing a resource never overlap)
+RESOURCES = {
+    "shared_cores": {"cpu0": {"core0"}, "cpu1": {"core1"}, "cpu01": {"core0", "core1"}},
 }
 
 
@@ -95,6 +108,7 @@ def make_problem(dag: str, unit_set: str) -> Problem:
         call_overhead_us=dict(overheads),
         modeled=frozenset({"npu"}) if "npu" in speeds else frozenset(),
         name=f"{dag}@{unit_set}",
+        resources={u: frozenset(r) for u, r in RESOURCES.get(unit_set, {}).items()},
     )
 
 
@@ -137,6 +151,14 @@ def problems(draw, max_nodes: int = 8, max_units: int = 4, degenerate: bool = Fa
             if draw(st.booleans()):
                 links[(units[a], units[b])] = Link(draw(latency), draw(bandwidth))
     overhead = {u: draw(st.sampled_from([0.0, 0.0, 3.0])) for u in units}
+    # Some units share hardware: each unit holds one or two of a few cores.
+    resources = {}
+    if len(units) > 1 and draw(st.booleans()):
+        cores = [f"c{k}" for k in range(len(units) - 1)]
+        for u in units:
+            resources[u] = frozenset(
+                draw(st.lists(st.sampled_from(cores), min_size=1, max_size=2, unique=True))
+            )
     return Problem(
         nodes=nodes,
         units=units,
@@ -147,6 +169,7 @@ def problems(draw, max_nodes: int = 8, max_units: int = 4, degenerate: bool = Fa
         call_overhead_us=overhead,
         modeled=frozenset(u for u in units if draw(st.booleans())),
         name="random",
+        resources=resources,
     )
 
 

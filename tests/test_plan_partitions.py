@@ -38,16 +38,18 @@ def random_schedule(data: st.DataObject, p: Problem) -> Schedule:
             return get_scheduler(how).schedule(p)
         except InfeasiblePlanError:
             pass  # 'single' when no unit can run everything
-    free = dict.fromkeys(p.units, 0.0)
+    free: dict[str, float] = {}  # per hardware resource
     slots: dict[str, Slot] = {}
     for n in p.nodes:
         u = data.draw(st.sampled_from(p.runnable_units(n)))
         ready = max(
             (slots[q].end + p.comm_us(q, n, slots[q].unit, u) for q in p.preds(n)), default=0
         )
-        start = max(free[u], ready) + data.draw(st.sampled_from([0.0, 0.0, 1.5]))
+        busy = max((free.get(r, 0.0) for r in p.resources_of(u)), default=0.0)
+        start = max(busy, ready) + data.draw(st.sampled_from([0.0, 0.0, 1.5]))
         slots[n] = Slot(n, u, start, start + p.cost[n][u])
-        free[u] = slots[n].end
+        for r in p.resources_of(u):
+            free[r] = slots[n].end
     return Schedule(slots, "random")
 
 
@@ -57,7 +59,7 @@ def run_order(p: Problem, s: Schedule, unit: str) -> list[str]:
 
 
 def deps(p: Problem, parts: list[Partition]) -> dict[int, set[int]]:
-    """Partition graph: data edges plus each unit's run order."""
+    """Partition graph: data edges plus each hardware resource's run order."""
     where = {n: i for i, part in enumerate(parts) for n in part.nodes}
     out: dict[int, set[int]] = {i: set() for i in range(len(parts))}
     for e in p.edges:
@@ -65,10 +67,22 @@ def deps(p: Problem, parts: list[Partition]) -> dict[int, set[int]]:
             out[where[e.src]].add(where[e.dst])
     last: dict[str, int] = {}
     for i, part in enumerate(parts):
-        if part.unit in last:
-            out[last[part.unit]].add(i)
-        last[part.unit] = i
+        for r in p.resources_of(part.unit):
+            if r in last:
+                out[last[r]].add(i)
+            last[r] = i
     return out
+
+
+def shared_ran_between(p: Problem, s: Schedule, a: str, b: str) -> bool:
+    """Did a unit sharing hardware with a's unit run a node between nodes a and b?"""
+    u = s.slots[a].unit
+    lo, hi = s.slots[a], s.slots[b]
+    key = lambda sl: (sl.start, sl.end, p.index(sl.node))  # noqa: E731
+    return any(
+        sl.unit != u and sl.unit in p.conflicts(u) and key(lo) < key(sl) < key(hi)
+        for sl in s.slots.values()
+    )
 
 
 def acyclic(out: dict[int, set[int]]) -> bool:
@@ -114,15 +128,20 @@ def check_partitions(p: Problem, s: Schedule, parts: list[Partition]) -> None:
         merged[i] = Partition(x.name, x.unit, (*x.nodes, n))
         merged[parts.index(nxt)] = Partition(nxt.name, nxt.unit, nxt.nodes[1:])
         merged = [y for y in merged if y.nodes]
-        assert late(p, s, n, s.slots[x.nodes[0]].start) or not acyclic(deps(p, merged))
+        assert (
+            late(p, s, n, s.slots[x.nodes[0]].start)
+            or not acyclic(deps(p, merged))
+            or shared_ran_between(p, s, x.nodes[-1], n)
+        )
     timing = simulate(p, parts)
     free: dict[str, float] = {}
     for x in parts:
         work = p.call_overhead_us.get(x.unit, 0.0) + sum(p.cost[n][x.unit] for n in x.nodes)
         assert (x.start_us, x.end_us) == (timing.start_us[x.name], timing.end_us[x.name])
         assert x.end_us - x.start_us == pytest.approx(work)
-        assert x.start_us >= free.get(x.unit, 0.0)
-        free[x.unit] = x.end_us
+        for r in p.resources_of(x.unit):  # units sharing hardware never overlap
+            assert x.start_us >= free.get(r, 0.0) - 1e-9
+            free[r] = x.end_us
     assert timing.makespan_us >= lower_bound(p) * (1 - 1e-9)
 
 
@@ -132,7 +151,17 @@ def singletons(p: Problem, s: Schedule) -> list[Partition]:
 
 
 def without_overheads(p: Problem) -> Problem:
-    return Problem(p.nodes, p.units, p.cost, p.edges, p.links, p.default_link, {}, p.modeled)
+    return Problem(
+        p.nodes,
+        p.units,
+        p.cost,
+        p.edges,
+        p.links,
+        p.default_link,
+        {},
+        p.modeled,
+        resources=p.resources,
+    )
 
 
 # -- properties ------------------------------------------------------------------------------

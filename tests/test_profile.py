@@ -17,6 +17,7 @@ from partuner.profile import (
     profile_model,
     time_call,
 )
+from partuner.profile.context import CHAIN_KS, fit_chain_costs
 from partuner.units import load_units
 
 
@@ -88,8 +89,10 @@ def test_profile_reuses_the_store(branchy, units_file, db):
     with ProfileStore(db) as store:
         first = profile_model(branchy, units, store=store, budget_s=0.02)
         second = profile_model(branchy, units, store=store, budget_s=0.02)
-    # two identical units are measured once: signatures + overhead + whole model
-    assert first.measured == first.signatures + 2
+    # two identical units are measured once: signatures + no-op call + the model cut k ways
+    n = len(branchy.compute_nodes)
+    chains = sum(1 if k == 1 else 2 for k in CHAIN_KS if k <= n)
+    assert first.measured == first.signatures + 1 + chains
     assert first.reused == 0
     assert second.measured == 0 and second.reused == first.measured
     assert second.costs == first.costs
@@ -99,6 +102,8 @@ def test_profile_reuses_the_store(branchy, units_file, db):
     assert up.whole_us is not None and up.whole_us > 0
     total = up.overhead_us + sum(first.costs[n.name]["cpu0"] for n in branchy.compute_nodes)
     assert total == pytest.approx(up.whole_us, rel=1e-6)  # calibrated to the whole model
+    assert up.overhead_us >= up.call_us > 0  # a cut costs at least a no-op call
+    assert up.boundary_us_per_byte >= 0
     assert first.link_sources[("cpu0", "cpu1")] == "measured"
     assert math.isinf(first.link("cpu0", "cpu1").gbps)  # zero-copy hand-off
 
@@ -131,3 +136,18 @@ def test_unavailable_unit_is_refused_or_skipped(branchy, tmp_path):
         profile_model(branchy, units, budget_s=0.02)
     prof = profile_model(branchy, units, budget_s=0.02, skip_unavailable=True)
     assert set(prof.units) == {"cpu"} and "gpu" in prof.skipped_units
+
+
+def test_chain_fit_recovers_costs_and_never_goes_negative():
+    pts = [(1, 0.0, 1000.0)]
+    for k, b in [(4, 2e5), (4, 5e5), (16, 1e6), (16, 3e6), (32, 4e6)]:
+        pts.append((k, b, 1000.0 + 30.0 * (k - 1) + 2e-4 * b))
+    f = fit_chain_costs(pts)
+    assert f.whole_us == 1000.0
+    assert f.per_partition_us == pytest.approx(30.0)
+    assert f.per_byte_us == pytest.approx(2e-4)
+    # cutting that gets cheaper with bytes (noise) must not give a negative cost
+    noisy = [(1, 0.0, 1000.0), (4, 1e6, 1090.0), (16, 1e5, 1450.0), (32, 2e5, 1930.0)]
+    g = fit_chain_costs(noisy)
+    assert g.per_partition_us > 0 and g.per_byte_us >= 0
+    assert fit_chain_costs([]) is None

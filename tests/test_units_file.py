@@ -100,13 +100,18 @@ def test_default_units():
     us = default_units()
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     n = len(cores) if cores is not None else (os.cpu_count() or 1)
-    assert len(us) == n and us.source == "default"
-    for unit in us:
+    assert len(us) == (n + 1 if n > 1 else 1) and us.source == "default"
+    singles = [u for u in us if u.name != "cpuall"]
+    assert len(singles) == n
+    for unit in singles:
         assert isinstance(unit, OnnxruntimeUnit)
         assert unit.options["threads"] == 1
         assert unit.cores is not None and len(unit.cores) == 1
         assert unit.name == f"cpu{unit.cores[0]}"
-    assert len({u.fingerprint() for u in us}) == 1
+    assert len({u.fingerprint() for u in singles}) == 1
+    if n > 1:
+        allc = us["cpuall"]
+        assert allc.options["threads"] == n and sorted(allc.cores) == sorted(cores or range(n))
     assert us.default_link == DEFAULT_LINK and us.declared_links == set()
     assert load_units(None).names == us.names
 

@@ -70,8 +70,16 @@ def build_problem(graph: ModelGraph, units: UnitSet, profile: Profile) -> Proble
         links=links,
         default_link=Link(units.default_link.latency_us, units.default_link.gbps),
         call_overhead_us={u: profile.units[u].overhead_us for u in unit_names},
+        boundary_us_per_byte={
+            u: profile.units[u].boundary_us_per_byte
+            for u in unit_names
+            if profile.units[u].boundary_us_per_byte > 0
+        },
         modeled=frozenset(u for u in unit_names if profile.units[u].modeled),
         name=Path(graph.source).name,
+        resources={
+            u: frozenset(f"core{c}" for c in units[u].cores) for u in unit_names if units[u].cores
+        },
     )
 
 

@@ -108,7 +108,14 @@ def profile_cmd(
         f"{prof.wall_s:.1f} s"
     )
     t = Table(show_edge=False)
-    for c in ("unit", "call overhead", "whole model", "sum of parts", "additivity error"):
+    for c in (
+        "unit",
+        "per partition",
+        "per MB crossing",
+        "whole model",
+        "sum of parts",
+        "additivity error",
+    ):
         t.add_column(c, justify="right" if c != "unit" else "left")
     for r in summary:
         label = " (modeled)" if r["modeled"] else ""
@@ -116,6 +123,7 @@ def profile_cmd(
         t.add_row(
             r["unit"] + label,
             f"{r['call_overhead_us']:.1f} us",
+            f"{r['boundary_us_per_mb']:.1f} us",
             "-" if r["whole_model_ms"] is None else f"{r['whole_model_ms']:.3f} ms",
             "-" if r["sum_of_parts_ms"] is None else f"{r['sum_of_parts_ms']:.3f} ms",
             "-" if err is None or r["modeled"] else f"{100 * err:+.1f}%",

@@ -22,13 +22,14 @@ from partuner.plan.partitions import (
     plan_from_schedule,
     simulate,
 )
-from partuner.plan.problem import Edge, Link, Problem
+from partuner.plan.problem import Edge, FusedGroup, Link, Problem
 from partuner.plan.registry import Scheduler, get_scheduler, register, scheduler_names
 from partuner.plan.schedule import Schedule, Slot
 from partuner.plan.single import SingleUnit
 
 __all__ = [
     "Edge",
+    "FusedGroup",
     "HEFT",
     "Link",
     "Partition",

@@ -131,9 +131,13 @@ def critical_path_bound(problem: Problem) -> float:
 
 
 def total_work_bound(problem: Problem) -> float:
-    """The sum of the nodes' minimum costs divided by the number of units.
+    """The least hardware-time the nodes need, divided by the hardware there is.
 
-    No schedule can finish earlier: the units together must do at least that much work.
+    A node on unit ``u`` occupies ``u``'s resources (``Problem.resources``; by default one of
+    its own) for its cost, so it needs at least ``min_u cost[n][u] * |resources(u)|`` resource-µs;
+    no schedule can finish before the sum of these over all nodes, divided by the number of
+    distinct resources. With one resource per unit this is the sum of the nodes' minimum costs
+    divided by the number of units.
 
     >>> from partuner.plan.problem import Problem
     >>> total_work_bound(Problem(["a", "b"], ["u", "v"], {"a": {"u": 2, "v": 9},
@@ -142,7 +146,19 @@ def total_work_bound(problem: Problem) -> float:
     """
     if not problem.units:
         return 0.0
-    return sum(min_cost(problem, n) for n in problem.nodes) / len(problem.units)
+    width = {u: len(problem.resources_of(u)) for u in problem.units}
+    total = len({r for u in problem.units for r in problem.resources_of(u)})
+    need = 0.0
+    for n in problem.nodes:
+        need += min(
+            (
+                problem.cost[n][u] * width[u]
+                for u in problem.units
+                if math.isfinite(problem.cost[n][u])
+            ),
+            default=0.0,
+        )
+    return need / total
 
 
 def lower_bound(problem: Problem) -> float:

@@ -25,7 +25,8 @@ class HEFT(Scheduler):
     Nodes are taken by decreasing upward rank (ties: topological order), each only once all its
     predecessors are placed. Each goes to the unit where it finishes first (ties: the unit listed
     first), starting in the earliest idle gap of that unit that is long enough and begins after
-    its inputs arrive; data moved between units costs the link's transfer time.
+    its inputs arrive; data moved between units costs the link's transfer time. Units that share
+    hardware (``Problem.resources``) are kept from overlapping.
     """
 
     name = "heft"
@@ -37,7 +38,10 @@ class HEFT(Scheduler):
         waiting = {n: len(problem.preds(n)) for n in problem.nodes}
         ready = [(-rank[n], problem.index(n), n) for n in problem.nodes if waiting[n] == 0]
         heapq.heapify(ready)
-        busy: dict[str, list[tuple[float, float]]] = {u: [] for u in problem.units}
+        # Busy intervals per hardware resource: units sharing one never overlap.
+        busy: dict[str, list[tuple[float, float]]] = {
+            r: [] for u in problem.units for r in problem.resources_of(u)
+        }
         slots: dict[str, Slot] = {}
         while ready:
             n = heapq.heappop(ready)[2]
@@ -53,14 +57,30 @@ class HEFT(Scheduler):
                     ),
                     default=0.0,
                 )
-                start = earliest_insertion(busy[u], arrive, cost)
+                start = earliest_insertion(_merged(busy, problem.resources_of(u)), arrive, cost)
                 if best is None or start + cost < best.end:
                     best = Slot(n, u, start, start + cost)
             assert best is not None  # validate() ensured some unit can run n
             slots[n] = best
-            insort(busy[best.unit], (best.start, best.end))
+            for r in problem.resources_of(best.unit):
+                insort(busy[r], (best.start, best.end))
             for s in problem.succs(n):
                 waiting[s] -= 1
                 if waiting[s] == 0:
                     heapq.heappush(ready, (-rank[s], problem.index(s), s))
         return Schedule(slots, self.name, "heuristic", lower_bound(problem))
+
+
+def _merged(
+    busy: dict[str, list[tuple[float, float]]], resources: frozenset[str]
+) -> list[tuple[float, float]]:
+    """The union of the busy intervals of ``resources``, sorted and non-overlapping."""
+    if len(resources) == 1:
+        return busy[next(iter(resources))]
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(iv for r in resources for iv in busy[r]):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out

@@ -55,7 +55,8 @@ def make_partitions(problem: Problem, schedule: Schedule) -> list[Partition]:
     for a valid schedule). Each joins the open run of its unit unless (a) an input from another
     unit reaches it (producer end + transfer) after that run starts, or (b) joining would make
     the partition graph cyclic, counting each unit's run order as dependencies (only possible
-    with zero-time nodes and transfers); then it opens a new run. Partition times come from
+    with zero-time nodes and transfers), or (c) a unit sharing hardware with it ran a node since
+    the run began; then it opens a new run. Partition times come from
     :func:`simulate`, which can run the result without deadlock.
 
     Raises
@@ -68,24 +69,30 @@ def make_partitions(problem: Problem, schedule: Schedule) -> list[Partition]:
     order = sorted(problem.nodes, key=lambda n: (slots[n].start, slots[n].end, problem.index(n)))
     group_of: dict[str, int] = {}
     groups: list[list[str]] = []
-    out: list[set[int]] = []  # out[g]: the groups reading from g or run after it on its unit
+    out: list[set[int]] = []  # out[g]: the groups reading from g or run after it on its hardware
     open_run: dict[str, int] = {}
+    last_on: dict[str, int] = {}  # per hardware resource, the group that used it last
     for n in order:
         unit = slots[n].unit
+        res = problem.resources_of(unit)
         inputs = {group_of[p] for p in problem.preds(n)}
         g = open_run.get(unit)
         if g is not None and (
             _late_input(problem, slots, n, slots[groups[g][0]].start)
             or not inputs.isdisjoint(_descendants(out, g))
+            or any(last_on.get(r, g) != g for r in res)  # a unit sharing hardware ran since
         ):
             g = None
         if g is None:
             g = len(groups)
             groups.append([])
             out.append(set())
-            if unit in open_run:
-                out[open_run[unit]].add(g)
+            for r in res:
+                if r in last_on:
+                    out[last_on[r]].add(g)
             open_run[unit] = g
+        for r in res:
+            last_on[r] = g
         groups[g].append(n)
         group_of[n] = g
         for q in inputs - {g}:
@@ -209,7 +216,8 @@ def plan_from_assignment(
 ) -> Plan:
     """The plan that runs each node on ``assignment[node]`` (e.g. an imported plan file).
 
-    Nodes are list-scheduled in topological order, each as early as its unit and inputs allow.
+    Nodes are list-scheduled in topological order, each as early as its unit (and the units
+    sharing its hardware) and its inputs allow.
 
     Raises
     ------
@@ -220,13 +228,14 @@ def plan_from_assignment(
     for n in assignment:
         if n not in problem.cost:
             raise InfeasiblePlanError(f"the assignment names unknown node {n!r}")
-    free = dict.fromkeys(problem.units, 0.0)
+    known = set(problem.units)
+    free: dict[str, float] = {}  # per hardware resource
     slots: dict[str, Slot] = {}
     for n in problem.nodes:
         unit = assignment.get(n)
         if unit is None:
             raise InfeasiblePlanError(f"node {n!r} is assigned to no unit")
-        if unit not in free:
+        if unit not in known:
             raise InfeasiblePlanError(
                 f"node {n!r} is assigned to unknown unit {unit!r}; units are {problem.units}"
             )
@@ -235,10 +244,11 @@ def plan_from_assignment(
             raise InfeasiblePlanError(
                 f"node {n!r} is assigned to unit {unit!r}, which cannot run it"
             )
-        start = free[unit]
+        start = max((free.get(r, 0.0) for r in problem.resources_of(unit)), default=0.0)
         for p in problem.preds(n):
             ps = slots[p]
             start = max(start, ps.end + problem.comm_us(p, n, ps.unit, unit))
         slots[n] = Slot(n, unit, start, start + cost)
-        free[unit] = start + cost
+        for r in problem.resources_of(unit):
+            free[r] = start + cost
     return plan_from_schedule(problem, Schedule(slots, scheduler, status, lower_bound(problem)))

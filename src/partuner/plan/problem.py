@@ -17,7 +17,18 @@ be infinite; ``"-inf"`` and NaN are never written and are rejected on reading)::
                                            # optional, unordered pairs, default []
       "default_link": {"latency_us": 0.0, "gbps": "inf"},      # optional, this default
       "call_overhead_us": {"gpu0": 30.0},  # optional, µs charged once per partition
-      "modeled": ["npu0"]                  # optional, units whose costs are computed
+      "boundary_us_per_byte": {"cpu0": 2e-4},
+                                           # optional, µs per byte a partition reads from
+                                           # other partitions (layout conversion, copies)
+      "modeled": ["npu0"],                 # optional, units whose costs are computed
+      "resources": {"cpu0": ["core0"], "cpu01": ["core0", "core1"]},
+                                           # optional: hardware each unit occupies; units
+                                           # sharing a resource never run at the same time
+                                           # (default: each unit its own resource)
+      "groups": [{"nodes": ["conv0", "relu0"], "cost": {"cpu0": 10.5}}],
+                                           # optional fused chains and their cost when run
+                                           # together, consecutively, on one unit
+      "default_unit": "cpu0"               # optional, NEST-C's default unit (else units[0])
     }
 
 Examples
@@ -42,7 +53,7 @@ from typing import Any
 
 from partuner.errors import InfeasiblePlanError, PartunerError, ProfileError
 
-__all__ = ["Edge", "Link", "Problem", "FORMAT", "VERSION"]
+__all__ = ["Edge", "FusedGroup", "Link", "Problem", "FORMAT", "VERSION"]
 
 FORMAT = "partuner.problem"
 VERSION = 1
@@ -81,6 +92,26 @@ class Link:
         return self.latency_us + nbytes / (self.gbps * 1e3)
 
 
+@dataclass(frozen=True)
+class FusedGroup:
+    """A chain of nodes a backend runs faster together than apart (e.g. Conv+Relu fused).
+
+    ``cost[unit]`` is the measured time of the whole chain on that unit (µs); units without an
+    entry give no discount. The discount applies only when every member runs on that unit,
+    consecutively, in one partition.
+    """
+
+    nodes: tuple[str, ...]
+    cost: dict[str, float]
+
+    def saving(self, problem: Problem, unit: str) -> float:
+        """How much cheaper the group is than its members apart on ``unit`` (>= 0)."""
+        c = self.cost.get(unit)
+        if c is None or math.isinf(c):
+            return 0.0
+        return max(0.0, sum(problem.cost[n][unit] for n in self.nodes) - c)
+
+
 def _zero_link() -> Link:
     return Link(latency_us=0.0, gbps=math.inf)
 
@@ -104,9 +135,38 @@ class Problem:
     call_overhead_us: dict[str, float] = field(default_factory=dict)
     modeled: frozenset[str] = frozenset()
     name: str = "problem"
+    resources: dict[str, frozenset[str]] = field(default_factory=dict)
+    groups: list[FusedGroup] = field(default_factory=list)
+    default_unit: str | None = None
+    boundary_us_per_byte: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.modeled = frozenset(self.modeled)
+        self.resources = {u: frozenset(r) for u, r in self.resources.items()}
+
+    # -- shared hardware -------------------------------------------------------------------
+
+    def resources_of(self, unit: str) -> frozenset[str]:
+        """The hardware ``unit`` occupies while it runs (default: a resource of its own)."""
+        return self.resources.get(unit) or frozenset({f"unit:{unit}"})
+
+    def conflicts(self, unit: str) -> frozenset[str]:
+        """The units (``unit`` included) that can never run at the same time as ``unit``."""
+        return self._conflicts[unit]
+
+    @property
+    def shares_hardware(self) -> bool:
+        """True when some two units occupy a common resource."""
+        return any(len(c) > 1 for c in self._conflicts.values())
+
+    @property
+    def default(self) -> str:
+        """NEST-C's default unit (``default_unit``, else the first unit)."""
+        return self.default_unit or self.units[0]
+
+    def groups_of(self, node: str) -> list[FusedGroup]:
+        """The fused groups ``node`` belongs to."""
+        return self._groups_by_node.get(node, [])
 
     # -- lookups ---------------------------------------------------------------------------
 
@@ -157,6 +217,21 @@ class Problem:
         return [u for u in self.units if math.isfinite(self.cost[n][u])]
 
     # -- caches ----------------------------------------------------------------------------
+
+    @cached_property
+    def _conflicts(self) -> dict[str, frozenset[str]]:
+        return {
+            u: frozenset(v for v in self.units if self.resources_of(u) & self.resources_of(v))
+            for u in self.units
+        }
+
+    @cached_property
+    def _groups_by_node(self) -> dict[str, list[FusedGroup]]:
+        out: dict[str, list[FusedGroup]] = {}
+        for g in self.groups:
+            for n in g.nodes:
+                out.setdefault(n, []).append(g)
+        return out
 
     @cached_property
     def _index(self) -> dict[str, int]:
@@ -296,6 +371,30 @@ class Problem:
                 raise PartunerError(f"call overhead of unit {u!r} must be >= 0, not {t!r}")
         if not self.modeled <= units:
             raise PartunerError(f"modeled names unknown units {sorted(self.modeled - units)}")
+        for u, t in self.boundary_us_per_byte.items():
+            if u not in units:
+                raise PartunerError(f"boundary cost given for unknown unit {u!r}")
+            if not (t >= 0 and math.isfinite(t)):
+                raise PartunerError(f"boundary cost of unit {u!r} must be >= 0, not {t!r}")
+        for u in self.resources:
+            if u not in units:
+                raise PartunerError(f"resources given for unknown unit {u!r}")
+        if self.default_unit is not None and self.default_unit not in units:
+            raise PartunerError(f"default unit {self.default_unit!r} is not a unit of {self.units}")
+        known = set(self.nodes)
+        for g in self.groups:
+            if len(g.nodes) < 2 or not set(g.nodes) <= known:
+                raise PartunerError(f"fused group {list(g.nodes)} needs >= 2 known nodes")
+            for a, b in zip(g.nodes, g.nodes[1:], strict=False):
+                if a not in self.preds(b):
+                    raise PartunerError(
+                        f"fused group {list(g.nodes)} is not a chain: {b!r} does not read {a!r}"
+                    )
+            for u, c in g.cost.items():
+                if u not in units or not c >= 0:
+                    raise PartunerError(
+                        f"fused group {list(g.nodes)} has a bad cost {c!r} on {u!r}"
+                    )
 
     # -- JSON ------------------------------------------------------------------------------
 
@@ -322,6 +421,13 @@ class Problem:
             },
             "call_overhead_us": {u: _num(t) for u, t in self.call_overhead_us.items()},
             "modeled": sorted(self.modeled),
+            "resources": {u: sorted(r) for u, r in self.resources.items()},
+            "groups": [
+                {"nodes": list(g.nodes), "cost": {u: _num(c) for u, c in g.cost.items()}}
+                for g in self.groups
+            ],
+            "default_unit": self.default_unit,
+            "boundary_us_per_byte": dict(self.boundary_us_per_byte),
         }
 
     def to_json(self, indent: int | None = 1) -> str:
@@ -364,6 +470,21 @@ class Problem:
                 },
                 modeled=frozenset(str(u) for u in data.get("modeled", [])),
                 name=str(data.get("name", "problem")),
+                resources={
+                    str(u): frozenset(str(r) for r in rs)
+                    for u, rs in data.get("resources", {}).items()
+                },
+                groups=[
+                    FusedGroup(
+                        tuple(str(n) for n in g["nodes"]),
+                        {str(u): _float(c) for u, c in g["cost"].items()},
+                    )
+                    for g in data.get("groups", [])
+                ],
+                default_unit=data.get("default_unit"),
+                boundary_us_per_byte={
+                    str(u): _float(t) for u, t in data.get("boundary_us_per_byte", {}).items()
+                },
             )
         except PartunerError:
             raise

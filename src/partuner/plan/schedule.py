@@ -67,7 +67,8 @@ class Schedule:
         InvalidScheduleError
             A node missing, unknown or scheduled twice; a unit not in the problem or unable to
             run the node; a duration that differs from the cost; a node starting before its
-            inputs arrive (producer end + transfer); two nodes overlapping on one unit.
+            inputs arrive (producer end + transfer); two nodes overlapping on one unit or on
+            two units that share hardware (``Problem.resources``).
         """
         self._check_nodes(problem)
         units = set(problem.units)
@@ -97,14 +98,21 @@ class Schedule:
                         f"input from {p!r} on unit {ps.unit!r} arrives at {arrival:.6g} µs "
                         f"(ends {ps.end:.6g} + transfer {delay:.6g})"
                     )
-        for u in problem.units:
-            order = self.order(u)
-            for a, b in pairwise(order):
-                sa, sb = self.slots[a], self.slots[b]
+        for r in sorted({r for u in problem.units for r in problem.resources_of(u)}):
+            on = sorted(
+                (sl for sl in self.slots.values() if r in problem.resources_of(sl.unit)),
+                key=lambda sl: (sl.start, sl.end, sl.node),
+            )
+            for sa, sb in pairwise(on):
                 if sb.start < sa.end - tol * max(1.0, abs(sa.end)):
+                    where = (
+                        f"on unit {sa.unit!r}"
+                        if sa.unit == sb.unit
+                        else f"on units {sa.unit!r} and {sb.unit!r}, which share {r!r}"
+                    )
                     raise InvalidScheduleError(
-                        f"nodes {a!r} ({sa.start:.6g} to {sa.end:.6g}) and {b!r} "
-                        f"({sb.start:.6g} to {sb.end:.6g}) overlap on unit {u!r}"
+                        f"nodes {sa.node!r} ({sa.start:.6g} to {sa.end:.6g}) and {sb.node!r} "
+                        f"({sb.start:.6g} to {sb.end:.6g}) overlap {where}"
                     )
 
     def _check_nodes(self, problem: Problem) -> None:

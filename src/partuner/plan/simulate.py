@@ -1,8 +1,10 @@
 """Predicting the latency of running partitions: call overheads, transfers, one call at a time.
 
-Each unit runs its partitions one at a time in list order; a partition starts once its unit is
-free and its inputs from other partitions have arrived, and is charged its unit's call overhead
-plus its nodes' costs; each value crossing between two partitions is moved once.
+Each unit runs its partitions one at a time in list order (units that share hardware take turns
+in list order too); a partition starts once its unit is free and its inputs from other partitions
+have arrived, and is charged its unit's call overhead, a boundary cost per byte it reads from
+other partitions, and its nodes' costs, less the saving of fused groups it runs whole; each value
+crossing between two partitions is moved once.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from partuner.plan.problem import Problem
 if TYPE_CHECKING:
     from partuner.plan.partitions import Partition
 
-__all__ = ["Timing", "simulate"]
+__all__ = ["Timing", "partition_cost", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -58,11 +60,12 @@ def simulate(problem: Problem, partitions: Sequence[Partition]) -> Timing:
     after: list[set[int]] = [set() for _ in partitions]  # after[p]: what p waits for
     for q, p in crossing:
         after[p].add(q)
-    last: dict[str, int] = {}
+    last: dict[str, int] = {}  # per hardware resource, the partition that used it last
     for i, part in enumerate(partitions):
-        if part.unit in last:
-            after[i].add(last[part.unit])
-        last[part.unit] = i
+        for r in problem.resources_of(part.unit):
+            if r in last and last[r] != i:
+                after[i].add(last[r])
+            last[r] = i
     order = _topological(partitions, after)
     start: dict[int, float] = {}
     end: dict[int, float] = {}
@@ -74,12 +77,39 @@ def simulate(problem: Problem, partitions: Sequence[Partition]) -> Timing:
             arrive = end[q] + problem.transfer_us(partitions[q].unit, unit, nbytes)
             ready = max(ready, arrive)
         start[p] = ready
-        work = sum(problem.cost[n][unit] for n in partitions[p].nodes)
-        end[p] = ready + problem.call_overhead_us.get(unit, 0.0) + work
+        in_bytes = sum(sum(crossing.get((q, p), {}).values()) for q in after[p])
+        end[p] = ready + partition_cost(problem, unit, partitions[p].nodes, in_bytes)
     return Timing(
         start_us={partitions[i].name: start[i] for i in range(len(partitions))},
         end_us={partitions[i].name: end[i] for i in range(len(partitions))},
     )
+
+
+def partition_cost(
+    problem: Problem, unit: str, nodes: Sequence[str], in_bytes: float = 0.0
+) -> float:
+    """Time of one call running ``nodes`` on ``unit``: the call overhead, the boundary cost of
+    the ``in_bytes`` it reads from other partitions, the node costs, less the saving of every
+    fused group whose members run consecutively in it (non-overlapping groups, the largest
+    savings first)."""
+    work = problem.call_overhead_us.get(unit, 0.0) + sum(problem.cost[n][unit] for n in nodes)
+    work += in_bytes * problem.boundary_us_per_byte.get(unit, 0.0)
+    if not problem.groups:
+        return work
+    pos = {n: i for i, n in enumerate(nodes)}
+    found = []
+    for g in {id(g): g for n in nodes for g in problem.groups_of(n)}.values():
+        idx = [pos.get(n) for n in g.nodes]
+        if None not in idx and idx == list(range(idx[0], idx[0] + len(idx))):  # type: ignore
+            save = g.saving(problem, unit)
+            if save > 0:
+                found.append((save, set(g.nodes)))
+    taken: set[str] = set()
+    for save, members in sorted(found, key=lambda x: -x[0]):
+        if not members & taken:
+            work -= save
+            taken |= members
+    return work
 
 
 def _check_cover(problem: Problem, partitions: Sequence[Partition]) -> dict[str, int]:

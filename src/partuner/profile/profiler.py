@@ -2,13 +2,14 @@
 
 What is measured, per real unit (units with equal fingerprints are measured once):
 
-- the **call overhead**: the median time of running a trivial one-node model, charged by the
-  planner once per partition;
+- the **call overhead**: the median time of running a trivial one-node model;
 - each distinct **node signature** alone, as its own one-node sub-model, minus the call overhead;
-- the **whole model** as one call. A partition's cost is not the sum of its operators' isolated
-  costs (backends fuse operators and keep data in their own layouts inside one call), so the
-  per-node costs are scaled so that, on each unit, overhead + sum of nodes = whole-model time.
-  The scale and the raw additivity error are reported.
+- the **model cut in context** (``profile/context.py``): whole, and cut into 4, 16 and 32 chunks
+  run one after the other, fitted to a cost per extra partition and per byte crossing a cut.
+  A partition's cost is not the sum of its operators' isolated costs (backends fuse operators
+  and keep data in their own layouts inside one call), so the per-node costs are scaled so
+  that, on each unit, per-partition cost + sum of nodes = whole-model time. The scale and the
+  raw additivity error (no-op call + isolated nodes vs whole) are reported.
 
 Modeled units are not timed: their costs come from their roofline model and are labelled modeled.
 Links that the units file declares are taken as declared; two real units that share host memory
@@ -31,6 +32,7 @@ from onnx import TensorProto, helper
 from partuner.errors import UnitUnavailableError
 from partuner.export.cut import cut_nodes
 from partuner.graph import ModelGraph
+from partuner.profile.context import fit_chain_costs, measure_chains
 from partuner.profile.measure import handoff_latency_us, random_feeds, time_call
 from partuner.profile.signature import node_signature
 from partuner.profile.store import Measurement, ProfileStore
@@ -52,10 +54,12 @@ class UnitProfile:
     unit: str
     fingerprint: str
     modeled: bool
-    overhead_us: float
+    overhead_us: float  # charged per partition: the fitted in-context cost of one more cut
     whole_us: float | None = None  # the whole model as one call (None: the unit cannot run all)
-    parts_us: float | None = None  # overhead + sum of isolated node times, before scaling
-    scale: float = 1.0  # factor applied to node costs so that parts == whole
+    parts_us: float | None = None  # no-op call + sum of isolated node times, before scaling
+    scale: float = 1.0  # factor applied to node costs so that overhead + nodes == whole
+    call_us: float = 0.0  # a no-op call
+    boundary_us_per_byte: float = 0.0  # per byte a partition reads from another partition
 
     @property
     def additivity_error(self) -> float | None:
@@ -246,25 +250,38 @@ def profile_model(
             else:
                 raw[sig] = max(m.median_us - overhead, 0.0)
             tick(f"{names[0]}: {sig.split('#')[0]}")
+        call_us = overhead
         parts = overhead + sum(raw[sig_of[n.name]] for n in nodes)
         whole: float | None = None
-        if math.isfinite(parts):
-            wm = lookup_or_time(
+        per_byte = 0.0
+        if math.isfinite(parts) and calibrate:
+            points = measure_chains(
                 unit,
-                fp,
-                f"__whole__#{digest}",
-                lambda u=unit: _time_model(
-                    u, graph, graph.model, list(graph.inputs), max(budget_s, 1.0)
-                ),
+                graph,
+                lambda sig, make, u=unit, f=fp: lookup_or_time(u, f, sig, make),
+                digest,
+                max(budget_s, 0.5),
             )
-            whole = wm.median_us if wm.status == "ok" else None
-        tick(f"{names[0]}: whole model")
+            fit = fit_chain_costs(points)
+            if fit is not None:
+                whole = fit.whole_us
+                overhead = min(max(overhead, fit.per_partition_us), whole)
+                per_byte = fit.per_byte_us
+        tick(f"{names[0]}: the model cut in context")
         scale = 1.0
-        if calibrate and whole is not None and parts > overhead:
-            scale = max(whole - overhead, 0.0) / (parts - overhead)
+        if calibrate and whole is not None and parts > call_us:
+            scale = max(whole - overhead, 0.0) / (parts - call_us)
         for name in names:
             uprof[name] = UnitProfile(
-                name, fp, False, overhead, whole, parts if math.isfinite(parts) else None, scale
+                name,
+                fp,
+                False,
+                overhead,
+                whole,
+                parts if math.isfinite(parts) else None,
+                scale,
+                call_us=call_us,
+                boundary_us_per_byte=per_byte,
             )
             for n in nodes:
                 costs[n.name][name] = raw[sig_of[n.name]] * scale

@@ -8,7 +8,8 @@ partition waits until every partition it reads from has finished, then runs. Ten
 from partition to partition as the same numpy arrays (units in one process share host memory; no
 copy is made). onnxruntime and OpenVINO release the GIL while they compute, so partitions on
 different units run at the same time. An error in any partition stops the run promptly and is
-raised in the caller with the partition and unit named; ``timeout_s`` bounds each run; ``close()``
+raised in the caller with the partition and unit named; units that declare overlapping ``cores``
+never run at the same time (a lock per shared core); ``timeout_s`` bounds each run; ``close()``
 (or leaving a ``with`` block) stops every worker thread.
 """
 
@@ -135,6 +136,17 @@ class Session:
                         f"unit {p.unit!r} could not prepare partition {p.name!r}: "
                         f"{type(exc).__name__}: {str(exc).strip()[:200]}"
                     ) from None
+            # Units that share cores never run at once: a partition holds a lock per core of its
+            # unit while it runs (taken in sorted order, so no deadlock).
+            locks: dict[int, threading.Lock] = {}
+            self._locks: dict[str, list[threading.Lock]] = {}
+            for p in self.partitions:
+                cores = sorted(units[p.unit].cores or ())
+                self._locks[p.unit] = [locks.setdefault(c, threading.Lock()) for c in cores]
+            if not any(
+                self._shared(a, b, units) for a in self._locks for b in self._locks if a < b
+            ):
+                self._locks = {u: [] for u in self._locks}  # nothing shared: skip the locks
             by_unit: dict[str, list[int]] = {}
             for i, p in enumerate(self.partitions):
                 by_unit.setdefault(p.unit, []).append(i)
@@ -158,6 +170,10 @@ class Session:
             self.close()
             raise
 
+    @staticmethod
+    def _shared(a: str, b: str, units: UnitSet) -> bool:
+        return bool(set(units[a].cores or ()) & set(units[b].cores or ()))
+
     # -- worker side -----------------------------------------------------------------------
     def _worker(self, unit: str, idxs: list[int], q: queue.SimpleQueue) -> None:
         while True:
@@ -179,10 +195,17 @@ class Session:
                     return d
             if run.aborted.is_set():
                 return None
+            held = self._locks.get(unit, ())
             try:
-                t0 = time.perf_counter()
-                outs = self._runners[i].run({v: run.values[v] for v in part.inputs})
-                t1 = time.perf_counter()
+                for lock in held:
+                    lock.acquire()
+                try:
+                    t0 = time.perf_counter()
+                    outs = self._runners[i].run({v: run.values[v] for v in part.inputs})
+                    t1 = time.perf_counter()
+                finally:
+                    for lock in reversed(held):
+                        lock.release()
                 for v in part.outputs:
                     run.values[v] = outs[v]
                 run.trace.append(PartitionTrace(part.name, unit, t0 - run.t0, t1 - run.t0))

@@ -188,10 +188,17 @@ def _usable_cores() -> list[int]:
 
 
 def default_units() -> UnitSet:
-    """One 1-thread onnxruntime unit per usable core: ``cpu<core>`` with ``cores: [core]``,
-    joined by :data:`DEFAULT_LINK`."""
+    """The local default: one 1-thread onnxruntime unit per usable core (``cpu<core>`` with
+    ``cores: [core]``) and, on a machine with several cores, ``cpuall``: one onnxruntime unit
+    with a thread per core on all of them. ``cpuall`` shares its cores with the others, so the
+    planner chooses, region by region, between intra-operator threads (``cpuall``) and running
+    branches side by side (``cpu0``, ``cpu1``, ...); the two never run at the same time. Units
+    are joined by :data:`DEFAULT_LINK`."""
     onnxruntime_unit = get_backend("onnxruntime")
-    units = [onnxruntime_unit(f"cpu{c}", threads=1, cores=[c]) for c in _usable_cores()]
+    cores = _usable_cores()
+    units = [onnxruntime_unit(f"cpu{c}", threads=1, cores=[c]) for c in cores]
+    if len(cores) > 1:
+        units.append(onnxruntime_unit("cpuall", threads=len(cores), cores=cores))
     return UnitSet(units, {}, default_link=DEFAULT_LINK, source="default")
 
 

@@ -1,0 +1,158 @@
+"""What cutting a model costs on a unit, measured in context.
+
+Running a model as several partitions costs more than running it whole, and far more than the
+trivial per-call overhead suggests: every partition boundary converts tensors out of and back into
+the backend's internal layouts (onnxruntime's NCHWc blocks, OpenVINO's bf16 blocked formats),
+copies outputs, and runs with colder caches. Measured here on googlenet (onnxruntime, 1 thread),
+64 random cuts made the model ~50% slower while a no-op call costs ~6 µs.
+
+So each real unit runs the model cut into ``k`` consecutive chunks at random places
+(``k = 1, 4, 16, 32``; two cuts per ``k``), one after the other on that unit, and the medians
+are fitted by least squares (non-negative) to
+
+    T = T_whole + per_partition_us * (k - 1) + per_byte_us * (bytes crossing the cuts)
+
+The planner charges ``per_partition_us`` for every partition and ``per_byte_us`` for every byte a
+partition reads from another one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from partuner.export.cut import PartitionModel, cut
+from partuner.export.planfile import PartitionSpec
+from partuner.graph import ModelGraph
+from partuner.profile.measure import random_feeds, time_call
+from partuner.profile.store import Measurement
+from partuner.units import Unit
+
+__all__ = ["ChainFit", "fit_chain_costs", "measure_chains"]
+
+log = logging.getLogger(__name__)
+
+CHAIN_KS = (1, 4, 16, 32)
+
+
+@dataclass(frozen=True)
+class ChainFit:
+    """The fitted cost of cutting a model on one unit."""
+
+    whole_us: float  # the model as one call
+    per_partition_us: float  # each extra partition
+    per_byte_us: float  # each byte read across a cut
+    points: tuple[tuple[int, float, float], ...]  # (partitions, bytes, median µs)
+
+
+def _chunks(graph: ModelGraph, k: int, rng: np.random.Generator) -> list[PartitionSpec]:
+    names = [n.name for n in graph.compute_nodes]
+    cuts = sorted(rng.choice(np.arange(1, len(names)), k - 1, replace=False)) if k > 1 else []
+    bounds = [0, *[int(c) for c in cuts], len(names)]
+    return [
+        PartitionSpec(f"c{i}", "", tuple(names[a:b]))
+        for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False))
+    ]
+
+
+def _cut_bytes(graph: ModelGraph, parts: list[PartitionModel]) -> float:
+    return float(
+        sum(
+            graph.values[v].nbytes
+            for p in parts
+            for v in p.inputs
+            if not graph.values[v].is_graph_input
+        )
+    )
+
+
+def _time_chain(
+    unit: Unit, graph: ModelGraph, parts: list[PartitionModel], budget_s: float
+) -> Measurement:
+    runners = [unit.prepare(p.model) for p in parts]
+    feeds = random_feeds(graph, list(graph.inputs))
+
+    def chain() -> None:
+        env = dict(feeds)
+        for p, r in zip(parts, runners, strict=True):
+            env.update(r.run({v: env[v] for v in p.inputs}))
+
+    try:
+        return time_call(chain, budget_s=budget_s, min_repeats=5)
+    finally:
+        for r in runners:
+            r.close()
+
+
+def measure_chains(
+    unit: Unit,
+    graph: ModelGraph,
+    lookup: Callable[[str, Callable[[], Measurement]], Measurement],
+    digest: str,
+    budget_s: float,
+) -> list[tuple[int, float, float]]:
+    """Time the model cut into ``k`` chunks for each ``k`` of :data:`CHAIN_KS`.
+
+    ``lookup(signature, make)`` returns a stored measurement or makes (and stores) one; each
+    point's cut bytes travel in the measurement's ``detail``.
+    """
+    n = len(graph.compute_nodes)
+    rng = np.random.default_rng(0)
+    points = []
+    for k in CHAIN_KS:
+        if k > n:
+            break
+        for trial in range(1 if k == 1 else 2):
+            specs = _chunks(graph, k, rng)
+
+            def make(specs: list[PartitionSpec] = specs) -> Measurement:
+                parts = cut(graph, specs, check=False)
+                m = _time_chain(unit, graph, parts, budget_s)
+                detail = json.dumps({"partitions": len(parts), "bytes": _cut_bytes(graph, parts)})
+                return Measurement(m.median_us, m.p10_us, m.p90_us, m.count, m.status, detail)
+
+            m = lookup(f"__chain__#{digest}#k{k}#t{trial}", make)
+            if m.status != "ok":
+                return []
+            info = json.loads(m.detail)
+            points.append((int(info["partitions"]), float(info["bytes"]), m.median_us))
+    return points
+
+
+def fit_chain_costs(points: list[tuple[int, float, float]]) -> ChainFit | None:
+    """Fit ``T = T_whole + c (k - 1) + beta * bytes`` with ``c, beta >= 0``.
+
+    Examples
+    --------
+    >>> pts = [(1, 0.0, 100.0), (4, 1e5, 100 + 3 * 20 + 5.0), (16, 4e5, 100 + 15 * 20 + 20.0)]
+    >>> f = fit_chain_costs(pts)
+    >>> round(f.per_partition_us, 6), round(f.per_byte_us * 1e5, 6)
+    (20.0, 5.0)
+    """
+    if not points:
+        return None
+    k = np.array([p[0] - 1 for p in points], dtype=float)
+    b = np.array([p[1] for p in points], dtype=float)
+    y = np.array([p[2] for p in points], dtype=float)
+    whole = [p[2] for p in points if p[0] == 1]
+    if len(points) < 3:
+        return ChainFit(whole[0] if whole else float(y.min()), 0.0, 0.0, tuple(points))
+    best = None
+    for cols in ((True, True), (True, False), (False, True), (False, False)):
+        x = [np.ones_like(y)] + [c for c, use in zip((k, b), cols, strict=True) if use]
+        coef, *_ = np.linalg.lstsq(np.stack(x, axis=1), y, rcond=None)
+        if any(c < 0 for c in coef[1:]):
+            continue
+        full = iter(coef[1:])
+        c_k = next(full) if cols[0] else 0.0
+        c_b = next(full) if cols[1] else 0.0
+        resid = float(np.sum((y - coef[0] - c_k * k - c_b * b) ** 2))
+        if best is None or resid < best[0] - 1e-12:
+            best = (resid, float(coef[0]), float(c_k), float(c_b))
+    assert best is not None  # the constant-only model always qualifies
+    _, base, c_k, c_b = best
+    return ChainFit(whole[0] if whole else base, c_k, c_b, tuple(points))
