@@ -22,16 +22,13 @@ def main(verbose: int) -> None:
 
 
 def _register() -> None:
-    from partuner.cli import (  # noqa: F401  (each module adds its command to `main`)
-        cmd_export,
-        cmd_inspect,
-        cmd_plan,
-        cmd_profile,
-        cmd_run,
-        cmd_tune,
-        cmd_units,
-        cmd_zoo,
-    )
+    """Import every ``cli/cmd_*.py`` module: each adds its command(s) to ``main``."""
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("cmd_"):
+            importlib.import_module(f"{__name__}.{info.name}")
 
 
 _register()

@@ -187,6 +187,22 @@ class Problem:
             return 0.0
         return self.link(u, v).transfer_us(self.pair_nbytes(src, dst))
 
+    def cut_us(self, src: str, dst: str, u: str, v: str) -> float:
+        """What a cross-unit edge really costs once the plan runs as partitions: the transfer,
+        plus the new partition ``dst`` must start on ``v`` (its call overhead and the boundary
+        cost of the bytes it reads). 0 when ``u == v``. Schedulers that use this instead of
+        :meth:`comm_us` avoid plans that cut a model into many small, slow partitions;
+        schedules they make still satisfy :meth:`Schedule.validate`, which checks ``comm_us``.
+        """
+        if u == v:
+            return 0.0
+        nbytes = self.pair_nbytes(src, dst)
+        return (
+            self.link(u, v).transfer_us(nbytes)
+            + self.call_overhead_us.get(v, 0.0)
+            + nbytes * self.boundary_us_per_byte.get(v, 0.0)
+        )
+
     def preds(self, n: str) -> list[str]:
         """The distinct nodes ``n`` reads from, in topological order."""
         return self._adjacency[0].get(n, [])
