@@ -198,7 +198,9 @@ def default_units() -> UnitSet:
     cores = _usable_cores()
     units = [onnxruntime_unit(f"cpu{c}", threads=1, cores=[c]) for c in cores]
     if len(cores) > 1:
-        units.append(onnxruntime_unit("cpuall", threads=len(cores), cores=cores))
+        # Spinning on: cpuall never runs beside the 1-thread units (they share its cores), and
+        # without spinning onnxruntime's thread pool wakes slower (see docs/units.md).
+        units.append(onnxruntime_unit("cpuall", threads=len(cores), cores=cores, spinning=True))
     return UnitSet(units, {}, default_link=DEFAULT_LINK, source="default")
 
 

@@ -1,0 +1,72 @@
+"""Helpers the benchmark scripts share: machine facts, model sources, result files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+SHARED_MODELS = ROOT.parent / "shared" / "models"
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    import numpy
+    import onnx
+    import onnxruntime
+
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "onnx": onnx.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "numpy": numpy.__version__,
+    }
+    try:
+        import openvino
+
+        info["openvino"] = openvino.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def shared_model(name: str, workdir: Path) -> Path | None:
+    """A ../shared/models graph with its weights grown back, or None if the folder is absent."""
+    src = SHARED_MODELS / f"{name}.onnx.gz"
+    if not src.exists():
+        return None
+    out = workdir / f"{name}.onnx"
+    if not out.exists():
+        tool = SHARED_MODELS.parent / "tools" / "onnx_weights.py"
+        subprocess.run([sys.executable, str(tool), "rehydrate", str(src), str(out)], check=True)
+    return out
+
+
+def write_result(name: str, data: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2, default=float) + "\n")
+    return path
+
+
+def temp_dir(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix))
