@@ -114,8 +114,8 @@ def test_inspect_units_zoo(tmp_path, branchy_file, units_file):
     assert [u["name"] for u in json.loads(r.output)["units"]] == ["cpu0", "cpu1"]
     r = _invoke("zoo", "--list")
     assert "googlenet" in r.output
-    r = _invoke("zoo", "squeezenet", "-o", tmp_path / "s.onnx", "--image-size", "64")
-    assert r.exit_code == 0 and (tmp_path / "s.onnx").exists()
+    r = _invoke("zoo", "squeezenet", "-o", tmp_path / "new" / "s.onnx", "--image-size", "64")
+    assert r.exit_code == 0 and (tmp_path / "new" / "s.onnx").exists()
 
 
 def test_bad_models(tmp_path, branchy_file, dynamic_model):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from partuner.cli import main
@@ -25,5 +27,6 @@ def zoo_cmd(name: str | None, output: str | None, image_size: int, seed: int, li
         return
     if output is None:
         fail("say where to write the model: partuner zoo NAME -o FILE.onnx")
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
     zoo.save(name, output, image_size=image_size, seed=seed)
     console.print(f"wrote {output}")
