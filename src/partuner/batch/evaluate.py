@@ -1,0 +1,200 @@
+"""The whole batch job: profile per unit and size, split three ways, run, check, compare.
+
+:func:`evaluate_batch` is what ``partuner batch`` calls. Baselines, all measured in the same run:
+each unit alone on the whole batch (``unit_throughput``; the best of them is "best single unit"
+and, over the best set of units that may run together, their sum is the physical limit of a data
+split), the even split and the seed's greedy split. With ``hybrid`` the operator-level plan over
+all units (``partuner tune``'s job) runs the whole batch as one more candidate.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from partuner.batch.hybrid import HybridRun, run_hybrid
+from partuner.batch.model import BatchError, BatchModel
+from partuner.batch.profile import BatchProfile, profile_batches
+from partuner.batch.run import (
+    RunnerCache,
+    SplitRun,
+    batch_feeds,
+    reference,
+    run_split,
+    unit_throughput,
+)
+from partuner.batch.split import (
+    Split,
+    conflict_free_sets,
+    conflicts_from_cores,
+    split_even,
+    split_exact,
+    split_greedy,
+)
+from partuner.profile.store import ProfileStore
+from partuner.units import UnitSet
+
+__all__ = ["BatchResult", "evaluate_batch"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BatchResult:
+    """Everything ``partuner batch`` found: the profile, the splits, their runs, the baselines."""
+
+    model: str
+    batch: int
+    profile: BatchProfile
+    splits: dict[str, Split]  # "exact", "greedy", "even"
+    runs: dict[str, SplitRun]
+    alone: dict[str, dict[str, Any]]  # unit -> each unit alone on the whole batch
+    limit_units: list[str]  # the conflict-free set whose summed throughput is the largest
+    hybrid: HybridRun | None
+    notes: list[str]
+
+    @property
+    def run(self) -> SplitRun:
+        """The exact split's run (the result)."""
+        return self.runs["exact"]
+
+    @property
+    def physical_limit(self) -> float:
+        """Items/s: the sum of the units' throughputs alone, over :attr:`limit_units`."""
+        return sum(float(self.alone[u]["throughput"]) for u in self.limit_units)
+
+    def best_single(self) -> tuple[str, dict[str, Any]] | None:
+        """The unit with the largest throughput alone among those that take the whole batch."""
+        whole = {u: a for u, a in self.alone.items() if a["batch"] == self.batch}
+        if not whole:
+            return None
+        name = max(whole, key=lambda u: float(whole[u]["throughput"]))
+        return name, whole[name]
+
+    @property
+    def modeled(self) -> bool:
+        return self.run.modeled
+
+    def to_dict(self) -> dict[str, Any]:
+        run = self.run
+        best = self.best_single()
+        out: dict[str, Any] = {
+            "model": self.model,
+            "batch": self.batch,
+            "method": "exact",
+            "split": dict(run.split.sizes),
+            "predicted_ms": run.split.predicted_us / 1e3,
+            "measured_ms": run.stats.median_us / 1e3,
+            "throughput": run.throughput,
+            "unit_predicted_ms": {u: t / 1e3 for u, t in run.split.unit_us.items()},
+            "unit_measured_ms": {u: t / 1e3 for u, t in run.stats.unit_us.items()},
+            "check": run.check.to_dict(),
+            "modeled": run.modeled,
+            "unit_throughput": {u: a["throughput"] for u, a in self.alone.items()},
+            "unit_alone": self.alone,
+            "physical_limit": self.physical_limit,
+            "limit_units": self.limit_units,
+            "efficiency": run.throughput / self.physical_limit if self.physical_limit else None,
+            "baselines": {
+                "best_single": None
+                if best is None
+                else {
+                    "unit": best[0],
+                    "measured_ms": best[1]["median_ms"],
+                    "throughput": best[1]["throughput"],
+                    "predicted_ms": self.profile.curves[best[0]](self.batch) / 1e3,
+                },
+                **{m: self.runs[m].to_dict() for m in ("even", "greedy")},
+            },
+            "hybrid": None if self.hybrid is None else self.hybrid.to_dict(),
+            "notes": self.notes,
+            "profile": {
+                "measured": self.profile.measured,
+                "reused": self.profile.reused,
+                "sizes": {u: sorted(rows) for u, rows in self.profile.table.items()},
+                "failures": self.profile.to_dict()["failures"],
+            },
+        }
+        if self.hybrid is not None:
+            out["best"] = "hybrid" if self.hybrid.throughput > run.throughput else "split"
+        return out
+
+
+def evaluate_batch(
+    model: BatchModel,
+    units: UnitSet,
+    batch: int,
+    *,
+    store: ProfileStore | None = None,
+    repeat: int = 10,
+    budget_s: float = 0.5,
+    min_repeats: int = 5,
+    greedy_chunk: int = 1,
+    hybrid: bool = False,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> BatchResult:
+    """Profile ``model`` on ``units`` up to ``batch``, split it (exact, greedy, even), run each
+    split and each unit alone on the same inputs, and check the merged outputs.
+
+    Raises
+    ------
+    BatchError : ``batch`` < 1, no unit can take an item, the units cannot take ``batch`` items.
+    BatchDimensionError : (from :class:`BatchModel`) the batch dimension cannot change.
+    UnitUnavailableError : a unit cannot run here.
+    """
+    say = progress or (lambda _msg: None)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise BatchError(f"batch size must be an integer >= 1, got {batch!r}")
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise BatchError(f"repeat must be an integer >= 1, got {repeat!r}")
+    say(f"profiling {len(units)} unit(s) at batch sizes up to {batch}")
+    prof = profile_batches(
+        model, units, batch, store=store, budget_s=budget_s, min_repeats=min_repeats
+    )
+    notes = prof.notes()
+    curves = prof.curves
+    if not curves:
+        raise BatchError(
+            f"no unit can run {model.name} even at batch 1: "
+            + "; ".join(f"{u}: {f.reason}" for u, f in prof.failures.items())
+        )
+    conflicts = conflicts_from_cores({u: units[u].cores for u in curves})
+    try:
+        exact = split_exact(batch, curves, conflicts)
+    except BatchError as exc:
+        raise BatchError("; ".join([*notes, str(exc)])) from None
+    splits = {
+        "exact": exact,
+        "greedy": split_greedy(batch, curves, conflicts, chunk=greedy_chunk),
+        "even": split_even(batch, curves, conflicts),
+    }
+    feeds = batch_feeds(model, batch, seed)
+    say("running the reference (onnxruntime CPU f32, whole batch)")
+    ref = reference(model, feeds)
+    runs: dict[str, SplitRun] = {}
+    with RunnerCache(model, units) as runners:
+        for method, split in splits.items():
+            same = next((r for r in runs.values() if r.split.sizes == split.sizes), None)
+            if same is not None:  # identical split: measured once
+                runs[method] = replace(same, split=split)
+                continue
+            say(f"running the {method} split {_fmt_sizes(split)}")
+            runs[method], _ = run_split(
+                model, units, split, feeds, repeat=repeat, runners=runners, ref=ref
+            )
+        say("running each unit alone on the whole batch")
+        alone = unit_throughput(model, units, curves, feeds, repeat=repeat, runners=runners)
+    sets = conflict_free_sets(list(alone), conflicts)
+    limit_units = max(sets, key=lambda s: sum(float(alone[u]["throughput"]) for u in s))
+    hyb = None
+    if hybrid:
+        say("profiling and running the operator-level plan on the whole batch (--hybrid)")
+        hyb = run_hybrid(model, units, batch, feeds, ref, store=store, repeat=repeat)
+    return BatchResult(model.name, batch, prof, splits, runs, alone, limit_units, hyb, notes)
+
+
+def _fmt_sizes(split: Split) -> str:
+    return "{" + ", ".join(f"{u}: {b}" for u, b in split.sizes.items()) + "}"

@@ -1,0 +1,229 @@
+"""``partuner batch``: split one batch across units by profiled throughput, run it, merge, check."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+from rich.table import Table
+
+from partuner.cli import main
+from partuner.cli.common import (
+    console,
+    db_option,
+    emit_json,
+    err_console,
+    handle_errors,
+    input_shape_option,
+    json_option,
+    model_argument,
+    quiet_option,
+    units_option,
+)
+from partuner.cli.stages import load_units_cli
+from partuner.errors import PartunerError
+
+#: largest batch profiled by ``--table`` when ``--batch`` is not given
+TABLE_BATCH = 64
+
+
+@main.command("batch")
+@model_argument
+@click.option("--batch", "batch", type=int, default=None, help="Items in the batch to split.")
+@input_shape_option
+@units_option
+@db_option
+@click.option(
+    "--repeat", type=int, default=10, show_default=True, help="Timed runs per configuration."
+)
+@click.option(
+    "--table",
+    is_flag=True,
+    help=f"Only profile and print the batch table (sizes up to --batch, default {TABLE_BATCH}).",
+)
+@click.option(
+    "--hybrid",
+    is_flag=True,
+    help="Also run the operator-level plan over all units on the whole batch, as a candidate.",
+)
+@json_option
+@quiet_option
+@handle_errors
+def batch_cmd(
+    model: str,
+    batch: int | None,
+    input_shapes: tuple[str, ...],
+    units_file: str | None,
+    db: str | None,
+    repeat: int,
+    table: bool,
+    hybrid: bool,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Split a batch of MODEL's inputs across the units in proportion to their profiled speed,
+    run the parts at once, concatenate the outputs in input order and check them.
+
+    MODEL is an ONNX file whose inputs' dimension 0 is the batch (fixed or dynamic), or zoo:NAME.
+    Prints the split, its predicted and measured time and throughput, and the baselines: the best
+    single unit, the even split and the seed's greedy split.
+    """
+    from partuner.batch import BatchError, evaluate_batch, profile_batches
+    from partuner.profile import ProfileStore
+
+    if batch is None and not table:
+        raise BatchError("--batch N is required (the number of items to split), e.g. --batch 32")
+    if batch is not None and batch < 1:
+        raise BatchError(f"--batch must be >= 1, got {batch}")
+    if repeat < 1:
+        raise BatchError(f"--repeat must be >= 1, got {repeat}")
+    bm = _load(model, input_shapes)
+    us = load_units_cli(units_file)
+    quiet = quiet or as_json
+
+    def say(msg: str) -> None:
+        if not quiet and sys.stderr.isatty():
+            err_console.print(f"[dim]... {msg}[/dim]")
+
+    with ProfileStore(db) as store:
+        if table:
+            prof = profile_batches(bm, us, batch or TABLE_BATCH, store=store)
+            _warn(prof.notes(), as_json)
+            if as_json:
+                emit_json(prof.to_dict())
+            else:
+                _print_table(prof)
+            return
+        assert batch is not None
+        r = evaluate_batch(bm, us, batch, store=store, repeat=repeat, hybrid=hybrid, progress=say)
+    _warn(r.notes, as_json)
+    result = r.to_dict()
+    if as_json:
+        emit_json(result)
+    else:
+        _print_result(result)
+    if not r.run.check.passed or (r.hybrid is not None and not r.hybrid.check.passed):
+        raise SystemExit(1)
+
+
+def _load(model: str, input_shapes: tuple[str, ...]) -> Any:
+    from partuner.batch import BatchModel
+    from partuner.graph import parse_input_shapes, read_model_proto
+
+    shapes = parse_input_shapes(input_shapes)
+    if model.startswith("zoo:"):
+        from partuner.graph import zoo
+
+        return BatchModel(zoo.build(model[4:]), model, shapes)
+    try:
+        proto = read_model_proto(model)
+    except PartunerError as exc:
+        raise PartunerError(f"{exc} (or use zoo:NAME for a demo model)") from None
+    return BatchModel(proto, model, shapes)
+
+
+def _warn(notes: list[str], as_json: bool) -> None:
+    if not as_json:
+        for note in notes:
+            click.echo(f"partuner: warning: {note}", err=True)
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f} ms"
+
+
+def _sizes(split: dict[str, int]) -> str:
+    return " ".join(f"{u}:{b}" for u, b in split.items() if b > 0)
+
+
+def _print_result(res: dict[str, Any]) -> None:
+    b = res["baselines"]
+    console.print(
+        f"[bold]{res['model']}[/bold], batch {res['batch']} on {', '.join(res['split'])} "
+        f"(profile: {res['profile']['measured']} sizes timed, {res['profile']['reused']} "
+        "from the store)"
+    )
+    t = Table(show_edge=False)
+    for c in ("configuration", "split", "predicted", "measured", "throughput"):
+        t.add_column(c, justify="left" if c in ("configuration", "split") else "right")
+
+    rows: list[tuple[str, str, float | None, float | None, float]] = []
+    for what, r in (
+        ("exact split", res),
+        ("greedy split (seed)", b["greedy"]),
+        ("even split", b["even"]),
+    ):
+        rows.append(
+            (what, _sizes(r["split"]), r["predicted_ms"], r["measured_ms"], r["throughput"])
+        )
+    s = b["best_single"]
+    if s is not None:
+        rows.append(
+            (
+                f"best single unit ({s['unit']})",
+                f"{s['unit']}:{res['batch']}",
+                s["predicted_ms"],
+                s["measured_ms"],
+                s["throughput"],
+            )
+        )
+    h = res.get("hybrid")
+    if h is not None:
+        rows.append(
+            (
+                f"hybrid: op-level plan ({h['scheduler']}, {h['partitions']} partitions)",
+                "+".join(h["units"]),
+                h["predicted_ms"],
+                h["measured_ms"],
+                h["throughput"],
+            )
+        )
+    for what, split, pred, meas, tp in rows:
+        t.add_row(what, split, _ms(pred), _ms(meas), f"{tp:,.1f} items/s")
+    console.print(t)
+    alone = ", ".join(f"{u} {tp:,.1f}" for u, tp in res["unit_throughput"].items())
+    eff = res["efficiency"]
+    console.print(
+        f"each unit alone on the batch (items/s): {alone}; physical limit "
+        f"({' + '.join(res['limit_units'])}): {res['physical_limit']:,.1f} items/s"
+        + ("" if eff is None else f"; the exact split reaches {eff:.0%} of it")
+    )
+    if h is not None:
+        console.print(f"best candidate: {res['best']}")
+    if res["modeled"]:
+        console.print(
+            "[yellow]a modeled unit takes part: its times are predicted; the measured time is "
+            "the host's emulation[/yellow]"
+        )
+    c = res["check"]
+    verdict = "[green]passed[/green]" if c["passed"] else "[red]FAILED[/red]"
+    worst = max((o["max_abs"] for o in c["outputs"]), default=0.0)
+    console.print(
+        f"merged outputs vs the whole batch on onnxruntime CPU f32: {verdict} "
+        f"(max abs diff {worst:.3g}; rule {c['rule']})"
+    )
+
+
+def _print_table(prof: Any) -> None:
+    sizes = sorted({b for rows in prof.table.values() for b in rows})
+    console.print(
+        f"[bold]{prof.model}[/bold]: whole-model latency per batch size, ms (ms per item); "
+        f"{prof.measured} timed, {prof.reused} from the store"
+    )
+    t = Table(show_edge=False)
+    t.add_column("batch", justify="right")
+    for u in prof.table:
+        t.add_column(u, justify="right")
+    for b in sizes:
+        cells = []
+        for rows in prof.table.values():
+            m = rows.get(b)
+            if m is None:
+                cells.append("-")
+            elif m.status != "ok":
+                cells.append("fails")
+            else:
+                cells.append(f"{m.median_us / 1e3:.3f} ({m.median_us / 1e3 / b:.3f})")
+        t.add_row(str(b), *cells)
+    console.print(t)
