@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Iterator
 
 import numpy as np
 import onnx
@@ -233,3 +235,102 @@ def test_random_dags_give_well_formed_groups(spec: dict[str, list[str]]) -> None
 def test_model_proto_input_is_accepted_via_load_model() -> None:
     model: onnx.ModelProto = zoo.build("branchy", image_size=8)
     assert len(parallel_branch_groups(load_model(model))) == 4
+
+
+@functools.cache
+def _zoo_graph(name: str, size: int) -> ModelGraph:
+    """A zoo model, loaded once while this module runs; callers must not modify it."""
+    return load_model(zoo.build(name, image_size=size))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_cached_models() -> Iterator[None]:
+    """Drop the cached models (hundreds of MB) once this module's tests are done."""
+    yield
+    _zoo_graph.cache_clear()
+
+
+# mobilenet_v2 and densenet121 have no group: a MobileNet residual block is one branch plus the
+# identity shortcut (a direct fork -> Add edge, not a branch), and every dense layer's output
+# feeds all later Concats of its block, so no piece between a fork and a join is a clean branch.
+@pytest.mark.parametrize(
+    ("name", "size", "sizes"),
+    [
+        ("resnet50", 32, [2] * 4),
+        ("mobilenet_v2", 32, []),
+        ("shufflenet_v2", 32, [2] * 3),
+        ("densenet121", 32, []),
+        ("inception_v3", 75, [4, 4, 4, 3, 4, 4, 4, 4, 3, 4, 2, 2, 4, 2, 2]),
+        ("synthetic_large", 16, [2, 3, 4, 3] * 20),
+    ],
+)
+def test_new_zoo_group_counts(name: str, size: int, sizes: list[int]) -> None:
+    g = _zoo_graph(name, size)
+    groups = parallel_branch_groups(g)
+    assert [len(x.branches) for x in groups] == sizes
+    _check_invariants(g, groups)
+
+
+def test_resnet50_groups_are_the_downsample_blocks() -> None:
+    groups = parallel_branch_groups(_zoo_graph("resnet50", 32))
+    assert [x.join for x in groups] == [f"layer{i}.0.add" for i in range(1, 5)]
+    # Each stage's first block forks at the previous stage's last block.
+    forks = ["maxpool", "layer1.2.relu_2", "layer2.3.relu_2", "layer3.5.relu_2"]
+    assert [x.fork for x in groups] == forks
+    p = "layer3.0"
+    assert groups[2].branches == (
+        (f"{p}.conv1", f"{p}.relu", f"{p}.conv2", f"{p}.relu_1", f"{p}.conv3"),
+        (f"{p}.downsample.0",),
+    )
+
+
+def test_shufflenet_v2_groups_are_the_stride_2_units() -> None:
+    g = _zoo_graph("shufflenet_v2", 32)
+    groups = parallel_branch_groups(g)
+    assert [x.join for x in groups] == [f"stage{i}.0.concat" for i in (2, 3, 4)]
+    assert [[len(b) for b in x.branches] for x in groups] == [[3, 5]] * 3
+    assert groups[0].fork == "maxpool"
+    assert groups[1].fork == "stage2.3.shuffle.reshape_1"
+    # A stride-1 unit's kept half goes straight from the Split to the Concat: one branch only.
+    assert g.predecessors("stage2.1.concat") == ["stage2.1.chunk", "stage2.1.branch2.7"]
+
+
+def test_mobilenet_v2_and_densenet121_have_no_clean_branches() -> None:
+    g = _zoo_graph("mobilenet_v2", 32)
+    for add in (n.name for n in g.nodes if n.op_type == "Add"):
+        block = add.removesuffix(".add")
+        (fork,) = g.predecessors(f"{block}.conv.0.0")
+        assert fork in g.predecessors(add)  # the identity shortcut
+    g = _zoo_graph("densenet121", 32)
+    p = "features.denseblock1"
+    assert g.successors(f"{p}.denselayer1.conv2") == [
+        *(f"{p}.denselayer{i}.concat" for i in range(2, 7)),
+        f"{p}.concat",
+    ]
+
+
+def test_inception_v3_groups_are_its_inception_blocks() -> None:
+    groups = parallel_branch_groups(_zoo_graph("inception_v3", 75))
+    outer = [x for x in groups if x.join.count(".") == 1]
+    assert [x.join for x in outer] == [
+        f"Mixed_{t}.concat" for t in ("5b", "5c", "5d", "6a", "6b", "6c", "6d", "6e", "7a")
+    ] + ["Mixed_7b.concat", "Mixed_7c.concat"]
+    assert outer[0].fork == "maxpool2"
+    assert [len(b) for b in outer[0].branches] == [2, 4, 6, 3]  # 1x1, 5x5, 3x3dbl, pool
+    inner = [x for x in groups if x.join.count(".") == 2]
+    assert [x.fork for x in inner] == [
+        f"Mixed_7{t}.{b}.relu" for t in "bc" for b in ("branch3x3_1", "branch3x3dbl_2")
+    ]
+    assert all([len(b) for b in x.branches] == [2, 2] for x in inner)  # 1x3 || 3x1
+
+
+def test_synthetic_large_groups_follow_its_plan() -> None:
+    from partuner.graph.zoo_synthetic import synthetic_large_plan
+
+    groups = parallel_branch_groups(_zoo_graph("synthetic_large", 16))
+    plan = synthetic_large_plan()
+    assert [x.join for x in groups] == [f"block{i}.concat" for i in range(len(plan))]
+    assert [x.fork for x in groups] == ["stem.pool"] + [f"block{i}.add" for i in range(79)]
+    nodes = {"c1": 2, "c3": 2, "dw": 2, "max": 1, "avg": 1}  # conv + Relu, or one pool
+    for grp, block in zip(groups, plan, strict=True):
+        assert [len(b) for b in grp.branches] == [sum(nodes[k] for k in br) for br in block]
