@@ -164,6 +164,10 @@ def without_overheads(p: Problem) -> Problem:
     )
 
 
+# schedulers that plan with partition-aware delays (Problem.cut_us) and so may keep idle time
+IDLE_KEEPING = {"exact", "auto"}
+
+
 # -- properties ------------------------------------------------------------------------------
 
 
@@ -174,7 +178,11 @@ def test_canonical_partitions(name: str, dag: str, units: str) -> None:
     s = get_scheduler(name).schedule(p)
     check_partitions(p, s, make_partitions(p, s))
     q = without_overheads(p)
-    assert simulate(q, singletons(q, s)).makespan_us == pytest.approx(s.makespan)
+    got = simulate(q, singletons(q, s)).makespan_us
+    if name in IDLE_KEEPING:  # partition-aware delays leave idle time a replay removes
+        assert got <= s.makespan + 1e-9 * max(1.0, s.makespan)
+    else:
+        assert got == pytest.approx(s.makespan)
 
 
 @PROPERTY
@@ -197,7 +205,7 @@ def test_one_node_partitions_replay_the_schedule(p: Problem, data: st.DataObject
     q = without_overheads(p)
     s = random_schedule(data, q)
     got = simulate(q, singletons(q, s)).makespan_us
-    if s.scheduler == "random":  # may hold idle time that a replay removes
+    if s.scheduler == "random" or s.scheduler in IDLE_KEEPING:  # idle time a replay removes
         assert got <= s.makespan + 1e-9 * max(1.0, s.makespan)
     else:
         assert got == pytest.approx(s.makespan)

@@ -127,3 +127,51 @@ def test_check_rules_by_precision():
     res = check_outputs(ref, noisy, ["f32", "bf16"])
     assert res.passed and res.precision == "bf16"
     assert res.outputs[0].top1_agree == 1.0
+
+
+def test_transfers_are_traced_between_units(branchy, units_file):
+    units = load_units(units_file)
+    parts = cut(branchy, _split_by_branch(branchy))
+    feeds = random_feeds(branchy, list(branchy.inputs))
+    producer = {v: p for p in parts for v in p.outputs}
+    expected = {
+        (v, producer[v].name, p.name)
+        for p in parts
+        for v in p.inputs
+        if v in producer and producer[v].unit != p.unit
+    }
+    with Session(branchy, parts, units) as sess:
+        sess.run(None, feeds)
+        got = sess.last_transfers
+        start = {t.partition: t.start_s for t in sess.last_trace}
+        end = {t.partition: t.end_s for t in sess.last_trace}
+    assert expected and {(t.value, t.src_partition, t.dst_partition) for t in got} == expected
+    for t in got:
+        assert t.src_unit != t.dst_unit
+        assert t.ready_s == end[t.src_partition] <= t.taken_s == start[t.dst_partition]
+        assert t.nbytes == branchy.values[t.value].nbytes
+
+
+def test_fallback_runs_partitions_of_a_unit_that_cannot_prepare(branchy, tmp_path):
+    path = tmp_path / "u.yaml"
+    path.write_text(
+        "units:\n  cpu0: {backend: onnxruntime, threads: 1}\n"
+        "  npu: {backend: external, runner: 'no_such_vendor_rt:load'}\n"
+    )
+    units = load_units(path)
+    names = [n.name for n in branchy.compute_nodes]
+    specs = [PartitionSpec("p0", "cpu0", tuple(names[:6])), PartitionSpec("p1", "npu", names[6:])]
+    parts = cut(branchy, specs)
+    with pytest.raises(PartunerError, match="'npu' cannot run here.*no_such_vendor_rt"):
+        Session(branchy, parts, units)
+    with pytest.raises(PartunerError, match="unknown unit 'gpu'"):
+        Session(branchy, parts, units, fallback="gpu")
+    feeds = random_feeds(branchy, list(branchy.inputs))
+    with Session(branchy, parts, units, fallback="cpu0") as sess:
+        (out,) = sess.run(None, feeds)
+        assert set(sess.fallbacks) == {"p1"} and sess.fallbacks["p1"][0] == "npu"
+        assert [p.unit for p in sess.partitions] == ["cpu0", "cpu0"]
+        assert {t.unit for t in sess.last_trace} == {"cpu0"} and not sess.last_transfers
+    assert [p.unit for p in parts] == ["cpu0", "npu"]  # the caller's partitions are untouched
+    np.testing.assert_allclose(out, _reference(branchy, feeds)[branchy.outputs[0]], rtol=1e-5)
+    assert not _partuner_threads()

@@ -52,7 +52,10 @@ log = logging.getLogger(__name__)
 
 
 def build_problem(graph: ModelGraph, units: UnitSet, profile: Profile) -> Problem:
-    """The planner's view of ``graph`` on ``units`` with ``profile``'s costs."""
+    """The planner's view of ``graph`` on ``units`` with ``profile``'s costs (and its fused
+    groups, on the units that measured them)."""
+    from partuner.plan import FusedGroup
+
     names = [n.name for n in graph.compute_nodes]
     unit_names = [u for u in units.units if u in profile.units]
     keep = set(names)
@@ -62,6 +65,11 @@ def build_problem(graph: ModelGraph, units: UnitSet, profile: Profile) -> Proble
             pairs.setdefault((src, dst), {})[value] = nbytes
     edges = [Edge(s, d, sum(vals.values()), tuple(vals)) for (s, d), vals in pairs.items()]
     links = {pair: Link(link.latency_us, link.gbps) for pair, link in profile.links.items()}
+    groups = [
+        FusedGroup(tuple(members), {u: c for u, c in cost.items() if u in unit_names})
+        for members, cost in profile.groups
+        if set(members) <= keep and any(u in unit_names for u in cost)
+    ]
     return Problem(
         nodes=names,
         units=unit_names,
@@ -80,30 +88,47 @@ def build_problem(graph: ModelGraph, units: UnitSet, profile: Profile) -> Proble
         resources={
             u: frozenset(f"core{c}" for c in units[u].cores) for u in unit_names if units[u].cores
         },
+        groups=groups,
     )
 
 
 def make_plan(
     problem: Problem, scheduler: str = "auto", *, time_limit: float | None = None
 ) -> tuple[Plan, dict[str, Plan]]:
-    """Plan with ``scheduler``; ``"auto"`` runs every built-in one and keeps the fastest.
+    """Plan ``problem`` with ``scheduler`` within about ``time_limit`` seconds.
 
-    Returns the chosen plan and every plan computed, by scheduler name. Plans are compared by
-    their predicted latency as partitions (call overheads and transfers included).
+    ``"auto"`` runs the registered ``auto`` scheduler: every other scheduler, judged by its
+    plan's predicted latency as partitions (call overheads and transfers included), then a
+    local search (:class:`partuner.plan.auto.Auto`). Returns the chosen plan and every plan
+    computed by scheduler name (with ``"auto"``: each scheduler ``auto`` ran, its improved
+    plans as ``"<name>+local"``, and ``"auto"``, the chosen one). Each plan carries its
+    ``solve_s``; the chosen plan's ``scheduler`` names the algorithm that found it and its
+    ``lower_bound_us`` is the best bound proven on any plan's predicted latency.
     """
-    from partuner.plan import scheduler_names
+    from partuner.plan.auto import Auto  # registers "auto" and "exact"
 
-    names = scheduler_names() if scheduler == "auto" else [scheduler]
-    plans: dict[str, Plan] = {}
-    for name in names:
-        sched = get_scheduler(name)
-        t0 = time.perf_counter()
-        s = sched.schedule(problem, time_limit=time_limit)
+    t0 = time.perf_counter()
+    if scheduler != "auto":
+        s = get_scheduler(scheduler).schedule(problem, time_limit=time_limit)
         s.validate(problem)
         plan = plan_from_schedule(problem, s)
+        if s.lower_bound is not None:
+            plan.lower_bound_us = max(plan.lower_bound_us or 0.0, s.lower_bound)
         plan.solve_s = time.perf_counter() - t0  # type: ignore[attr-defined]
-        plans[name] = plan
-    best = min(plans.values(), key=lambda p: (p.predicted_us, len(p.partitions)))
+        return plan, {scheduler: plan}
+    auto = Auto()
+    s = auto.schedule(problem, time_limit=time_limit)
+    plans: dict[str, Plan] = {}
+    for name, run in auto.runs.items():
+        run.plan.solve_s = run.solve_s  # type: ignore[attr-defined]
+        if run.schedule.lower_bound is not None:
+            run.plan.lower_bound_us = max(run.plan.lower_bound_us or 0.0, run.schedule.lower_bound)
+        plans[name] = run.plan
+    best = plan_from_schedule(problem, s)
+    best.scheduler = auto.chosen
+    best.lower_bound_us = s.lower_bound
+    best.solve_s = time.perf_counter() - t0  # type: ignore[attr-defined]
+    plans["auto"] = best
     return best, plans
 
 

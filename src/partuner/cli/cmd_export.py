@@ -1,4 +1,9 @@
-"""``partuner export``: one ONNX file per partition, a manifest and the plan."""
+"""``partuner export``: one ONNX file per partition, a manifest and the plan.
+
+The legalizer options (``--opset``, ``--fold-constants``, ``--legal-names``,
+``--external-data-threshold``) run ``partuner.export.legalize`` on every partition; the manifest
+records the passes and the name maps (see ``docs/export.md``).
+"""
 
 from __future__ import annotations
 
@@ -30,17 +35,53 @@ from partuner.cli.stages import load_units_cli
 @click.option(
     "-o", "--output", required=True, type=click.Path(file_okay=False), help="Output folder."
 )
+@click.option(
+    "--opset", type=click.IntRange(min=1), default=None, help="Convert partitions to this opset."
+)
+@click.option("--fold-constants", is_flag=True, help="Fold constant subgraphs into initializers.")
+@click.option(
+    "--legal-names",
+    is_flag=True,
+    help="Rename values and nodes to C identifiers (the manifest maps the old names).",
+)
+@click.option(
+    "--external-data-threshold",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="BYTES",
+    help="Store weights of at least BYTES in a .data file beside each partition.",
+)
 @handle_errors
 def export_cmd(
-    model: str, input_shapes: tuple[str, ...], plan_path: str, units_file: str | None, output: str
+    model: str,
+    input_shapes: tuple[str, ...],
+    plan_path: str,
+    units_file: str | None,
+    output: str,
+    opset: int | None,
+    fold_constants: bool,
+    legal_names: bool,
+    external_data_threshold: int | None,
 ) -> None:
     """Cut MODEL along PLAN into standalone ONNX sub-models in OUTPUT."""
     from partuner.export import export_plan, read_plan
+    from partuner.export.legalize import LegalizeOptions, export_legalized
     from partuner.pipeline import plan_from_file
 
     g = load_graph(model, input_shapes)
     pf = read_plan(plan_path)
     if units_file:
         plan_from_file(pf, g, load_units_cli(units_file))
-    parts = export_plan(g, pf, output)
-    console.print(f"wrote {len(parts)} partitions, manifest.json and plan.yaml to {output}")
+    options = LegalizeOptions(opset, fold_constants, legal_names, external_data_threshold)
+    if not options.any:
+        parts = export_plan(g, pf, output)
+        console.print(f"wrote {len(parts)} partitions, manifest.json and plan.yaml to {output}")
+        return
+    parts, man = export_legalized(g, pf, output, options)
+    passes = sorted({x for q in man["partitions"] for x in q["legalize"]["passes"]})
+    folded = sum(q["legalize"]["folded_nodes"] for q in man["partitions"])
+    renamed = len(man["legalize"]["value_names"])
+    console.print(
+        f"wrote {len(parts)} legalized partitions, manifest.json and plan.yaml to {output} "
+        f"(passes: {', '.join(passes)}; {folded} nodes folded, {renamed} boundary values renamed)"
+    )

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+from typing import Any
+
 import click
 from rich.table import Table
 
@@ -14,7 +19,6 @@ from partuner.cli.common import (
     input_shape_option,
     json_option,
     load_graph,
-    model_argument,
     quiet_option,
     units_option,
 )
@@ -22,7 +26,7 @@ from partuner.cli.stages import load_units_cli, profile_cli
 
 
 @main.command("plan")
-@model_argument
+@click.argument("model", metavar="[MODEL]", required=False)
 @input_shape_option
 @units_option
 @db_option
@@ -33,54 +37,91 @@ from partuner.cli.stages import load_units_cli, profile_cli
     help="A scheduler name (see `partuner schedulers`), or auto = the best of all.",
 )
 @click.option("--compare", is_flag=True, help="Show every scheduler's predicted latency.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the plan YAML here.")
+@click.option(
+    "--time-limit",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Planning time budget (auto, exact). Default: 10 s.",
+)
+@click.option("--explain", is_flag=True, help="Say for each partition why it sits on its unit.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Write the plan here (YAML; JSON if the name ends in .json).",
+)
 @click.option(
     "--dump-problem",
     type=click.Path(dir_okay=False),
     help="Write the planning problem as JSON (docs/architecture.md).",
 )
+@click.option(
+    "--load-problem",
+    type=click.Path(dir_okay=False),
+    help="Plan a problem written by --dump-problem instead of profiling (MODEL is optional).",
+)
 @json_option
 @quiet_option
 @handle_errors
 def plan_cmd(
-    model: str,
+    model: str | None,
     input_shapes: tuple[str, ...],
     units_file: str | None,
     db: str | None,
     scheduler: str,
     compare: bool,
+    time_limit: float | None,
+    explain: bool,
     output: str | None,
     dump_problem: str | None,
+    load_problem: str | None,
     as_json: bool,
     quiet: bool,
 ) -> None:
     """Profile MODEL on the units (reusing the store), plan it, and print the plan."""
-    from partuner.export import atomic_write, write_plan
-    from partuner.pipeline import build_problem, make_plan, plan_file
-    from partuner.plan import get_scheduler, lower_bound
+    from partuner.errors import PartunerError
+    from partuner.export import atomic_write, plan_to_dict, write_plan
+    from partuner.pipeline import build_problem, make_plan
+    from partuner.plan import Problem, critical_path_bound, get_scheduler, lower_bound
+    from partuner.plan.auto import Auto  # noqa: F401  (registers "auto" and "exact")
 
-    g = load_graph(model, input_shapes)
-    us = load_units_cli(units_file)
-    if scheduler != "auto":
-        get_scheduler(scheduler)  # fail on a wrong name before profiling
-    prof = profile_cli(g, us, db, quiet or as_json)
-    problem = build_problem(g, us, prof)
+    if model is None and load_problem is None:
+        raise PartunerError("give a MODEL to profile and plan, or --load-problem PROBLEM.json")
+    get_scheduler(scheduler)  # fail on a wrong name before profiling
+    g = load_graph(model, input_shapes) if model else None
+    us = load_units_cli(units_file) if model else None
+    if load_problem:
+        path = Path(load_problem)
+        if not path.is_file():
+            raise PartunerError(f"problem file not found: {path}; write one with --dump-problem")
+        problem = Problem.from_json(path.read_text())
+    else:
+        problem = build_problem(g, us, profile_cli(g, us, db, quiet or as_json))
     problem.validate()
     if dump_problem:
         atomic_write(dump_problem, problem.to_json())
-    plan, plans = make_plan(problem, "auto" if compare else scheduler)
+    plan, plans = make_plan(problem, "auto" if compare else scheduler, time_limit=time_limit)
     if compare and scheduler != "auto":
-        plan = plans[scheduler]
-    lb = lower_bound(problem)
-    pf = plan_file(plan, g, us)
+        plan = plans.get(scheduler) or make_plan(problem, scheduler, time_limit=time_limit)[0]
+    lb = max([lower_bound(problem)] + [p.lower_bound_us or 0.0 for p in plans.values()])
+    cp = critical_path_bound(problem)
+    pf = _plan_file(plan, problem, g, us)
     if output:
-        write_plan(pf, output)
+        if output.endswith(".json"):
+            atomic_write(output, json.dumps(plan_to_dict(pf), indent=1))
+        else:
+            write_plan(pf, output)
+    why = _explain(problem, plan) if explain else []
     result = {
-        "model": g.source,
+        "model": g.source if g is not None else None,
+        "problem": problem.name,
         "scheduler": plan.scheduler,
         "status": plan.status,
         "predicted_ms": plan.predicted_us / 1e3,
         "lower_bound_ms": lb / 1e3,
+        "critical_path_bound_ms": cp / 1e3,
+        "solve_s": getattr(plan, "solve_s", None),
         "modeled": plan.modeled,
         "partitions": [
             {
@@ -105,27 +146,31 @@ def plan_cmd(
             }
             for n, p in plans.items()
         }
+    if explain:
+        result["explain"] = why
     if as_json:
         emit_json(result)
         return
     label = " (modeled)" if plan.modeled else ""
     console.print(
-        f"plan by [bold]{plan.scheduler}[/bold]: predicted "
+        f"plan by [bold]{plan.scheduler}[/bold] ({plan.status}): predicted "
         f"{plan.predicted_us / 1e3:.3f} ms{label}, lower bound {lb / 1e3:.3f} ms, "
         f"{len(plan.partitions)} partitions, {len(pf.parallel)} parallel groups"
     )
     if compare:
         t = Table(show_edge=False)
-        for c in ("scheduler", "predicted", "partitions", "solve time"):
-            t.add_column(c, justify="left" if c == "scheduler" else "right")
+        for c in ("scheduler", "predicted", "status", "partitions", "solve time"):
+            t.add_column(c, justify="left" if c in ("scheduler", "status") else "right")
         for n, p in sorted(plans.items(), key=lambda kv: kv[1].predicted_us):
             t.add_row(
                 n,
                 f"{p.predicted_us / 1e3:.3f} ms",
+                p.status,
                 str(len(p.partitions)),
                 f"{getattr(p, 'solve_s', 0.0) * 1e3:.1f} ms",
             )
         console.print(t)
+        console.print(f"critical-path bound {cp / 1e3:.3f} ms")
     t = Table(show_edge=False)
     for c in ("partition", "unit", "nodes", "start", "end"):
         t.add_column(c, justify="left" if c in ("partition", "unit") else "right")
@@ -134,8 +179,108 @@ def plan_cmd(
             p.name, p.unit, str(len(p.nodes)), f"{p.start_us / 1e3:.3f}", f"{p.end_us / 1e3:.3f}"
         )
     console.print(t)
+    for w in why:
+        console.print(w["line"], markup=False)
     if output:
         console.print(f"plan written to {output}")
+
+
+def _plan_file(plan: Any, problem: Any, graph: Any, units: Any) -> Any:
+    """The file form of ``plan``; without a model (``--load-problem``) it names the problem
+    and describes only the units the units set knows."""
+    from partuner.export import PartitionSpec, PlanFile
+    from partuner.pipeline import plan_file
+
+    if graph is not None and all(u in units.units for u in plan.units):
+        return plan_file(plan, graph, units)
+    return PlanFile(
+        partitions=[
+            PartitionSpec(p.name, p.unit, tuple(p.nodes), p.start_us, p.end_us)
+            for p in plan.partitions
+        ],
+        model=Path(graph.source).name if graph is not None else problem.name,
+        input_shapes={k: list(graph.values[k].shape) for k in graph.inputs} if graph else {},
+        scheduler=plan.scheduler,
+        status=plan.status,
+        predicted_us=plan.predicted_us,
+        lower_bound_us=plan.lower_bound_us,
+        modeled=plan.modeled,
+        units={u: units[u].spec() for u in plan.units if units is not None and u in units.units},
+        parallel=plan.parallel_groups(),
+    )
+
+
+def _explain(problem: Any, plan: Any) -> list[dict[str, Any]]:
+    """Per partition: its cost on every unit, the transfers it pays and avoids, and why it sits
+    on its unit, as data plus a one-line ``line``."""
+    from partuner.plan.simulate import partition_cost
+
+    parts = plan.partitions
+    part_of = {n: i for i, p in enumerate(parts) for n in p.nodes}
+    crossing: dict[tuple[int, int], dict[Any, float]] = {}
+    for i, e in enumerate(problem.edges):
+        q, p = part_of[e.src], part_of[e.dst]
+        if q != p:
+            crossing.setdefault((q, p), {}).update(problem.payload(i))
+    moved = {k: sum(v.values()) for k, v in crossing.items()}
+    out = []
+    for i, p in enumerate(parts):
+        ins = {q: b for (q, r), b in moved.items() if r == i}
+        outs = {r: b for (q, r), b in moved.items() if q == i}
+        in_bytes = sum(ins.values())
+        cost = {
+            u: partition_cost(problem, u, p.nodes, in_bytes)
+            if all(math.isfinite(problem.cost[n][u]) for n in p.nodes)
+            else math.inf
+            for u in problem.units
+        }
+        paid = sum(problem.transfer_us(parts[q].unit, p.unit, b) for q, b in ins.items())
+        others = [u for u in problem.units if u != p.unit and math.isfinite(cost[u])]
+        alt = min(others, key=cost.__getitem__) if others else None
+        avoided = 0.0  # transfers that moving to `alt` would add, less those it would save
+        if alt is not None:
+            for k, b in [*ins.items(), *outs.items()]:
+                avoided += problem.transfer_us(parts[k].unit, alt, b)
+                avoided -= problem.transfer_us(parts[k].unit, p.unit, b)
+        busy = [
+            r.name
+            for r in parts
+            if alt is not None
+            and r.unit in problem.conflicts(alt)
+            and r.start_us < p.end_us
+            and p.start_us < r.end_us
+        ]
+        if alt is None:
+            reason = f"only {p.unit} can run all of its nodes"
+        elif cost[p.unit] <= cost[alt]:
+            reason = f"fastest on {p.unit} ({cost[alt] - cost[p.unit]:.1f} us less than {alt})"
+        elif busy:
+            reason = f"{alt} is busy meanwhile with {', '.join(busy)}"
+        elif avoided > cost[p.unit] - cost[alt]:
+            reason = f"slower than on {alt} but avoids {avoided:.1f} us of transfers"
+        else:
+            reason = f"where the {plan.scheduler} schedule put it"
+        costs = ", ".join(
+            f"{u} {c / 1e3:.3f}" if math.isfinite(c) else f"{u} -" for u, c in cost.items()
+        )
+        line = (
+            f"{p.name} on {p.unit}: {len(p.nodes)} nodes; cost ms: {costs}; reads "
+            f"{in_bytes / 1e3:.1f} KB from other partitions ({paid:.1f} us transfer paid), "
+            f"{max(0.0, avoided):.1f} us avoided; {reason}"
+        )
+        out.append(
+            {
+                "partition": p.name,
+                "unit": p.unit,
+                "cost_ms": {u: c / 1e3 for u, c in cost.items()},
+                "in_bytes": in_bytes,
+                "transfer_paid_us": paid,
+                "transfer_avoided_us": max(0.0, avoided),
+                "reason": reason,
+                "line": line,
+            }
+        )
+    return out
 
 
 @main.command("schedulers")
@@ -143,6 +288,7 @@ def plan_cmd(
 def schedulers_cmd() -> None:
     """List the registered schedulers (built-in and from plugins)."""
     from partuner.plan import get_scheduler, scheduler_names
+    from partuner.plan.auto import Auto  # noqa: F401  (registers "auto" and "exact")
 
     for n in scheduler_names():
         doc = (type(get_scheduler(n)).__doc__ or "").strip().splitlines()

@@ -1,8 +1,12 @@
-"""``partuner profile``: measure what every node costs on every unit, into the store."""
+"""``partuner profile``: measure what every node (and fused group) costs on every unit, and the
+links, into the store; write or import a kit for a remote target; NEST-C profile files."""
 
 from __future__ import annotations
 
 import datetime
+import math
+from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
@@ -17,10 +21,11 @@ from partuner.cli.common import (
     input_shape_option,
     json_option,
     load_graph,
+    progress_bar,
     quiet_option,
     units_option,
 )
-from partuner.cli.stages import load_units_cli, profile_cli, unit_summary
+from partuner.cli.stages import load_units_cli, unit_summary
 
 
 @main.command("profile")
@@ -37,6 +42,47 @@ from partuner.cli.stages import load_units_cli, profile_cli, unit_summary
     help="Seconds at most per timed item.",
 )
 @click.option("--skip-unavailable", is_flag=True, help="Profile the units that are available.")
+@click.option(
+    "--fuse",
+    multiple=True,
+    metavar="PATTERN",
+    help="Time chains of these op types as fused groups, e.g. Conv-Relu (repeatable); "
+    "'auto' times every chain of 2..--fuse-max nodes and keeps those that differ.",
+)
+@click.option(
+    "--fuse-max",
+    type=click.IntRange(min=2),
+    default=3,
+    show_default=True,
+    help="Longest chain --fuse auto tries.",
+)
+@click.option(
+    "--profile-configs",
+    type=click.Path(dir_okay=False),
+    help="NEST-C profileConfigs.yaml: its fuseOperators patterns become --fuse patterns.",
+)
+@click.option(
+    "--kit",
+    type=click.Path(file_okay=False),
+    help="Write a profiling kit for a remote target to this folder instead of profiling.",
+)
+@click.option(
+    "--import",
+    "import_path",
+    type=click.Path(dir_okay=False),
+    help="Load a kit's results.json (run on the target) into the store and show the profile.",
+)
+@click.option(
+    "--export-nestc",
+    type=click.Path(file_okay=False),
+    help="Also write NEST-C profiles (initialProfile<UNIT>.yaml, fusedProfile<UNIT>.yaml) here.",
+)
+@click.option(
+    "--import-nestc",
+    type=click.Path(dir_okay=False),
+    help="Load a NEST-C profile YAML into the store for --unit NAME.",
+)
+@click.option("--unit", "unit_name", help="The unit an --import-nestc profile was measured on.")
 @json_option
 @quiet_option
 @handle_errors
@@ -48,91 +94,243 @@ def profile_cmd(
     show: bool,
     budget: float,
     skip_unavailable: bool,
+    fuse: tuple[str, ...],
+    fuse_max: int,
+    profile_configs: str | None,
+    kit: str | None,
+    import_path: str | None,
+    export_nestc: str | None,
+    import_nestc: str | None,
+    unit_name: str | None,
     as_json: bool,
     quiet: bool,
 ) -> None:
     """Time every distinct node of MODEL on every unit (reusing the store), and the links."""
-    from partuner.profile import ProfileStore
+    from partuner.profile import ProfileStore, parse_pattern, parse_profile_configs
 
     if show:
-        with ProfileStore(db) as store:
-            rows = store.summary()
-            if as_json:
-                emit_json({"db": str(store.path), "units": rows})
-                return
-            console.print(f"profile store {store.path}")
-            t = Table(show_edge=False)
-            for c in ("fingerprint", "unit", "rows", "unsupported", "last"):
-                t.add_column(c)
-            for r in rows:
-                last = datetime.datetime.fromtimestamp(r["last"]).isoformat(timespec="seconds")
-                t.add_row(
-                    r["fingerprint"], r["unit"][:60], str(r["rows"]), str(r["unsupported"]), last
-                )
-            console.print(t)
+        _show(db, as_json)
         return
     if model is None:
         fail("name a MODEL to profile, or pass --show to list the store")
+    if bool(import_nestc) != bool(unit_name):
+        fail("--import-nestc FILE and --unit NAME go together: name the unit it was measured on")
+    if sum(bool(x) for x in (kit, import_path, import_nestc)) > 1:
+        fail("pass one of --kit, --import and --import-nestc at a time")
+    patterns = [parse_pattern(f) for f in fuse if f.lower() != "auto"]
+    if profile_configs:
+        patterns += parse_profile_configs(profile_configs)
+    fuse_auto = fuse_max if any(f.lower() == "auto" for f in fuse) else 0
     g = load_graph(model, input_shapes)
-    us = load_units_cli(units_file)
-    prof = profile_cli(g, us, db, quiet or as_json, skip_unavailable, budget)
-    summary = unit_summary(prof)
-    links = [
-        {
+    if kit:
+        from partuner.profile.kit import write_kit
+
+        us = load_units_cli(units_file)
+        manifest = write_kit(g, us, kit, fuse=patterns, fuse_auto=fuse_auto, budget_s=budget)
+        _report_kit(manifest, as_json)
+        return
+    with ProfileStore(db) as store:
+        if import_nestc:
+            _import_nestc(store, g, load_units_cli(units_file), import_nestc, unit_name, as_json)
+            return
+        remote: dict[str, str] = {}
+        extra: dict[str, Any] = {}
+        if import_path:
+            from partuner.profile.kit import import_results
+            from partuner.units import units_from_mapping
+
+            given = load_units_cli(units_file) if units_file else None
+            imp = import_results(store, g, import_path, given)
+            us = given or units_from_mapping({"units": imp.specs}, source=import_path)
+            remote = imp.fingerprints
+            extra["link_sizes"] = imp.sizes
+            if not quiet and not as_json:
+                console.print(
+                    f"imported {imp.rows} measurements of {len(remote)} unit(s) measured on "
+                    f"{imp.host}, {imp.links} link(s)"
+                )
+        else:
+            us = load_units_cli(units_file)
+        prof = _run_profile(
+            g,
+            us,
+            store,
+            quiet or as_json,
+            budget=budget,
+            skip_unavailable=skip_unavailable,
+            remote=remote,
+            fuse=patterns,
+            fuse_auto=fuse_auto,
+            **extra,
+        )
+    files: list[str] = []
+    if export_nestc:
+        from partuner.profile.nestc import export_nestc as write_nestc
+
+        files = [str(p) for p in write_nestc(prof, g, export_nestc)]
+    _render(g, prof, files, as_json)
+
+
+def _run_profile(g: Any, us: Any, store: Any, quiet: bool, **kw: Any) -> Any:
+    from partuner.profile import profile_model
+
+    budget = kw.pop("budget")
+    with progress_bar("profiling", quiet) as cb:
+        return profile_model(g, us, store=store, progress=cb, budget_s=budget, **kw)
+
+
+def _show(db: str | None, as_json: bool) -> None:
+    from partuner.profile import ProfileStore
+
+    with ProfileStore(db) as store:
+        rows = store.summary()
+        if as_json:
+            emit_json({"db": str(store.path), "units": rows})
+            return
+        console.print(f"profile store {store.path}")
+        t = Table(show_edge=False)
+        for c in ("fingerprint", "unit", "rows", "unsupported", "last"):
+            t.add_column(c)
+        for r in rows:
+            last = datetime.datetime.fromtimestamp(r["last"]).isoformat(timespec="seconds")
+            t.add_row(r["fingerprint"], r["unit"][:60], str(r["rows"]), str(r["unsupported"]), last)
+        console.print(t)
+
+
+def _report_kit(manifest: Path, as_json: bool) -> None:
+    import json
+
+    data = json.loads(manifest.read_text(encoding="utf-8"))
+    kinds: dict[str, int] = {}
+    for item in data["items"]:
+        kinds[item["kind"]] = kinds.get(item["kind"], 0) + 1
+    folder = manifest.parent
+    if as_json:
+        emit_json(
+            {
+                "kit": str(folder),
+                "digest": data["digest"],
+                "units": [u["name"] for u in data["units"]],
+                "items": kinds,
+            }
+        )
+        return
+    what = ", ".join(f"{n} {k}" for k, n in kinds.items())
+    console.print(
+        f"wrote the profiling kit {folder} ({what}; units {[u['name'] for u in data['units']]})"
+    )
+    console.print(
+        f"on the target: python {folder / 'run_profile.py'}; then: partuner profile MODEL "
+        f"--import {folder / 'results.json'}"
+    )
+
+
+def _import_nestc(
+    store: Any, g: Any, us: Any, path: str, unit_name: str | None, as_json: bool
+) -> None:
+    from partuner.profile.nestc import import_nestc
+
+    unit = us[unit_name]  # unknown names raise UnitError naming the known ones
+    imp = import_nestc(store, path, g, unit.fingerprint(), description=str(unit.describe()))
+    if as_json:
+        emit_json(
+            {
+                "unit": unit.name,
+                "fingerprint": unit.fingerprint(),
+                "backend_name": imp.backend,
+                "rows": imp.rows,
+                "matched": imp.matched,
+                "unmatched": imp.unmatched,
+            }
+        )
+        return
+    console.print(
+        f"imported {len(imp.matched)} NEST-C keys ({imp.rows} signatures) for unit {unit.name}; "
+        f"{len(imp.unmatched)} keys match no node of {g.source}"
+    )
+    for key in imp.unmatched[:10]:
+        console.print(f"  [yellow]unmatched[/yellow] {key}")
+
+
+def _links(prof: Any) -> list[dict[str, Any]]:
+    out = []
+    for (a, b), link in prof.links.items():
+        row: dict[str, Any] = {
             "a": a,
             "b": b,
             "latency_us": link.latency_us,
-            "gbps": link.gbps,
+            "gbps": link.gbps,  # null in JSON when zero-copy
+            "zero_copy": math.isinf(link.gbps),
             "source": prof.link_sources[(a, b)],
         }
-        for (a, b), link in prof.links.items()
-    ]
+        fit = prof.link_fits.get((a, b))
+        if fit is not None:
+            row["points"] = fit.describe()["points"]
+        out.append(row)
+    return out
+
+
+def _render(g: Any, prof: Any, files: list[str], as_json: bool) -> None:
+    summary = unit_summary(prof)
+    for r in summary:
+        r["fused_additivity_error"] = prof.units[r["unit"]].fused_additivity_error
+    links = _links(prof)
+    groups = [{"nodes": list(m), "cost_us": c} for m, c in prof.groups]
     if as_json:
         emit_json(
             {
                 "model": g.source,
                 "signatures": prof.signatures,
+                "group_signatures": prof.group_signatures,
                 "measured": prof.measured,
                 "reused": prof.reused,
+                "links_measured": prof.links_measured,
                 "wall_s": prof.wall_s,
                 "units": summary,
                 "links": links,
+                "groups": groups,
+                "remote": prof.remote,
                 "skipped_units": prof.skipped_units,
                 "unsupported": [list(x) for x in prof.unsupported],
+                "nestc_files": files,
             }
         )
         return
     console.print(
         f"{len(g.compute_nodes)} nodes, {prof.signatures} distinct signatures; "
-        f"{prof.measured} timed, {prof.reused} reused from the store; "
-        f"{prof.wall_s:.1f} s"
+        f"{prof.measured} timed, {prof.reused} reused from the store; {prof.wall_s:.1f} s"
     )
+    if prof.group_signatures:
+        console.print(
+            f"{len(groups)} fused groups kept of {prof.group_signatures} distinct chains timed"
+        )
     t = Table(show_edge=False)
-    for c in (
-        "unit",
-        "per partition",
-        "per MB crossing",
-        "whole model",
-        "sum of parts",
-        "additivity error",
-    ):
+    cols = ("unit", "per partition", "per MB crossing", "whole model", "sum of parts")
+    for c in (*cols, "additivity error", "with groups"):
         t.add_column(c, justify="right" if c != "unit" else "left")
     for r in summary:
         label = " (modeled)" if r["modeled"] else ""
-        err = r["additivity_error"]
+        label += " (remote)" if r["unit"] in prof.remote else ""
         t.add_row(
             r["unit"] + label,
             f"{r['call_overhead_us']:.1f} us",
             f"{r['boundary_us_per_mb']:.1f} us",
             "-" if r["whole_model_ms"] is None else f"{r['whole_model_ms']:.3f} ms",
             "-" if r["sum_of_parts_ms"] is None else f"{r['sum_of_parts_ms']:.3f} ms",
-            "-" if err is None or r["modeled"] else f"{100 * err:+.1f}%",
+            _pct(None if r["modeled"] else r["additivity_error"]),
+            _pct(None if r["modeled"] else r["fused_additivity_error"]),
         )
     console.print(t)
     for link in links:
+        size = "zero-copy" if math.isinf(link["gbps"]) else f"+ bytes / {link['gbps']:.3g} GB/s"
         console.print(
-            f"  link {link['a']}-{link['b']}: {link['latency_us']:.1f} us + bytes / "
-            f"{link['gbps']:g} GB/s ({link['source']})"
+            f"  link {link['a']}-{link['b']}: {link['latency_us']:.1f} us {size} ({link['source']})"
         )
     for node, unit, why in prof.unsupported[:10]:
         console.print(f"  [yellow]{unit} cannot run {node}[/yellow]: {why}")
+    for f in files:
+        console.print(f"wrote {f}")
+
+
+def _pct(err: float | None) -> str:
+    return "-" if err is None else f"{100 * err:+.1f}%"

@@ -1,7 +1,14 @@
-"""``partuner run`` and ``partuner check``: execute a plan concurrently and check its outputs."""
+"""``partuner run`` and ``partuner check``: execute a plan concurrently and check its outputs.
+
+``run --trace FILE`` writes the Chrome-trace timeline (predicted vs measured); ``run --calibrate``
+stores per-unit correction factors (measured / predicted) in the profile store; ``--fallback
+UNIT`` runs the partitions whose unit cannot run here on UNIT instead. ``execute`` is shared with
+``partuner report``.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +19,7 @@ from rich.table import Table
 from partuner.cli import main
 from partuner.cli.common import (
     console,
+    db_option,
     emit_json,
     handle_errors,
     input_shape_option,
@@ -49,7 +57,21 @@ def _feeds(graph: Any, specs: tuple[str, ...], seed: int) -> dict[str, np.ndarra
     return feeds
 
 
-def _execute(
+@dataclass
+class Ran:
+    """What ``execute`` ran, beside its JSON result: for timelines, reports and calibration."""
+
+    graph: Any
+    plan: Any  # PlanFile
+    parts: list[Any]  # PartitionModel, planned units
+    ran_units: dict[str, str]  # partition -> unit it ran on (differs after a fallback)
+    units: Any  # UnitSet
+    stats: Any  # RunStats
+    trace: list[Any]  # PartitionTrace of the last run
+    transfers: list[Any]  # TransferTrace of the last run
+
+
+def execute(
     model: str,
     input_shapes: tuple[str, ...],
     plan_path: str,
@@ -58,7 +80,9 @@ def _execute(
     repeat: int,
     seed: int,
     timeout: float,
-) -> dict[str, Any]:
+    fallback: str | None = None,
+) -> tuple[dict[str, Any], Ran]:
+    """Run PLAN ``repeat`` times and check it; the JSON result and what was run."""
     from partuner.export import cut, read_plan
     from partuner.pipeline import measure_session, plan_from_file, reference_outputs
     from partuner.runtime import Session, check_outputs
@@ -67,20 +91,31 @@ def _execute(
     pf = read_plan(plan_path)
     us = _units_for_plan(units_file, pf)
     plan_from_file(pf, g, us)
-    for u in {p.unit for p in pf.partitions}:
-        ok, why = us[u].availability()
+    if fallback is not None:
+        ok, why = us[fallback].availability()
         if not ok:
-            raise PartunerError(f"unit {u!r} of the plan is not available here: {why}")
+            raise PartunerError(f"--fallback unit {fallback!r} is not available here: {why}")
+    for u in sorted({p.unit for p in pf.partitions}):
+        ok, why = us[u].availability()
+        if not ok and fallback is None:
+            raise PartunerError(
+                f"unit {u!r} of the plan is not available here: {why}; or pass --fallback UNIT "
+                "to run its partitions on another unit"
+            )
     feeds = _feeds(g, inputs, seed)
     parts = cut(g, pf.partitions)
-    with Session(g, parts, us, timeout_s=timeout) as sess:
+    with Session(g, parts, us, timeout_s=timeout, fallback=fallback) as sess:
         stats, got = measure_session(sess, feeds, repeat, warmup=min(3, repeat))
+        trace, transfers = _median_trace(sess, feeds, min(repeat, 5))
+        ran_units = {p.name: p.unit for p in sess.partitions}
+        fallbacks = dict(sess.fallbacks)
+        ran = Ran(g, pf, parts, ran_units, us, stats, trace, transfers)
     ref = reference_outputs(g, feeds)
-    used = sorted({p.unit for p in pf.partitions})
+    used = sorted(set(ran_units.values()))
     check = check_outputs(ref, got, [us[u].precision for u in used])
     modeled = any(us[u].modeled for u in used)
     predicted = {p.name: (p.end_us - p.start_us) / 1e3 for p in pf.partitions}
-    return {
+    result = {
         "model": g.source,
         "plan": plan_path,
         "partitions": len(parts),
@@ -94,14 +129,98 @@ def _execute(
         "runs": stats.runs,
         "partition_ms": {
             p.name: {
-                "unit": p.unit,
+                "unit": ran_units[p.name],
+                "planned_unit": p.unit,
                 "measured": stats.partition_ms.get(p.name),
                 "predicted": predicted.get(p.name),
             }
             for p in pf.partitions
         },
+        "fallback": {
+            name: {"planned": unit, "ran_on": fallback, "reason": why}
+            for name, (unit, why) in fallbacks.items()
+        },
         "check": check.to_dict(),
     }
+    return result, ran
+
+
+def _median_trace(sess: Any, feeds: dict[str, np.ndarray], runs: int) -> tuple[list, list]:
+    """The partition and transfer traces of the median-latency run among the last measured run
+    and ``runs - 1`` more (one run's timeline can hold a stall; the median one is typical)."""
+    kept = []
+    for k in range(runs):
+        if k:
+            sess.run(None, feeds)
+        end = max((t.end_s for t in sess.last_trace), default=0.0)
+        kept.append((end, sess.last_trace, sess.last_transfers))
+    kept.sort(key=lambda item: item[0])
+    _, trace, transfers = kept[len(kept) // 2]
+    return trace, transfers
+
+
+def timeline(ran: Ran) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+    """Predicted and measured slices and hand-offs of a run (for the trace and the report)."""
+    from partuner.report import (
+        measured_handoffs,
+        measured_slices,
+        predicted_handoffs,
+        predicted_slices,
+    )
+
+    pred = predicted_slices(ran.plan.partitions)
+    nodes = {p.name: len(p.nodes) for p in ran.parts}
+    meas = measured_slices(ran.trace, nodes)
+    nbytes = {v: info.nbytes for v, info in ran.graph.values.items()}
+    return pred, meas, predicted_handoffs(ran.parts, pred, nbytes), measured_handoffs(ran.transfers)
+
+
+def _write_trace(path: str, ran: Ran, r: dict[str, Any]) -> None:
+    from partuner.report import chrome_trace, write_trace
+
+    pred, meas, ph, mh = timeline(ran)
+    meta = {k: r[k] for k in ("model", "plan", "predicted_ms", "measured_ms", "partitions")}
+    order = [u for u in ran.units.names if u in {s.unit for s in (*pred, *meas)}]
+    write_trace(path, chrome_trace(pred, meas, ph, mh, units=order, metadata=meta))
+
+
+def _calibrate(db: str | None, ran: Ran) -> dict[str, Any]:
+    from partuner.profile import ProfileStore
+    from partuner.runtime.calibrate import calibrate_plan
+
+    with ProfileStore(db) as store:
+        sig, factors = calibrate_plan(
+            store,
+            ran.graph,
+            ran.units,
+            ran.plan.partitions,
+            ran.stats.partition_ms,
+            ran.ran_units,
+            plan=str(ran.plan.source),
+        )
+        where = str(store.path)
+    return {
+        "signature": sig,
+        "db": where,
+        "units": {
+            ",".join(c.units): {
+                "fingerprint": fp,
+                "factor": c.factor,
+                "partitions": c.partitions,
+                "measured_ms": c.measured_ms,
+                "predicted_ms": c.predicted_ms,
+            }
+            for fp, c in factors.items()
+        },
+    }
+
+
+def _print_fallbacks(r: dict[str, Any]) -> None:
+    for name, f in r.get("fallback", {}).items():
+        console.print(
+            f"[yellow]partition {name}: unit {f['planned']!r} cannot run it here; ran on "
+            f"{f['ran_on']!r} instead[/yellow] ({f['reason']})"
+        )
 
 
 def _print_check(check: dict[str, Any]) -> None:
@@ -141,6 +260,12 @@ _common = [
         show_default=True,
         help="Seconds at most per run.",
     ),
+    click.option(
+        "--fallback",
+        metavar="UNIT",
+        default=None,
+        help="Run partitions whose unit is unavailable (or cannot prepare them) on UNIT.",
+    ),
 ]
 
 
@@ -153,6 +278,19 @@ def _with_common(fn: Any) -> Any:
 @main.command("run")
 @_with_common
 @click.option("--repeat", type=click.IntRange(min=1), default=30, show_default=True)
+@click.option(
+    "--trace",
+    "trace_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the timeline (predicted vs measured) as Chrome trace JSON (Perfetto).",
+)
+@click.option(
+    "--calibrate",
+    is_flag=True,
+    help="Store each unit's measured/predicted factor in the profile store.",
+)
+@db_option
 @json_option
 @handle_errors
 def run_cmd(
@@ -163,14 +301,26 @@ def run_cmd(
     inputs: tuple[str, ...],
     seed: int,
     timeout: float,
+    fallback: str | None,
     repeat: int,
+    trace_path: str | None,
+    calibrate: bool,
+    db: str | None,
     as_json: bool,
 ) -> None:
     """Run MODEL as PLAN's partitions, one worker per unit; measure and check it."""
-    r = _execute(model, input_shapes, plan_path, units_file, inputs, repeat, seed, timeout)
+    r, ran = execute(
+        model, input_shapes, plan_path, units_file, inputs, repeat, seed, timeout, fallback
+    )
+    if trace_path:
+        _write_trace(trace_path, ran, r)
+        r["trace"] = trace_path
+    if calibrate:
+        r["calibration"] = _calibrate(db, ran)
     if as_json:
         emit_json(r)
     else:
+        _print_fallbacks(r)
         pred = "-" if r["predicted_ms"] is None else f"{r['predicted_ms']:.3f} ms"
         if r["modeled"]:
             console.print(
@@ -189,14 +339,32 @@ def run_cmd(
         for name, p in r["partition_ms"].items():
             t.add_row(
                 name,
-                p["unit"],
+                p["unit"]
+                if p["unit"] == p["planned_unit"]
+                else f"{p['planned_unit']}->{p['unit']}",
                 "-" if p["measured"] is None else f"{p['measured']:.3f}",
                 "-" if p["predicted"] is None else f"{p['predicted']:.3f}",
             )
         console.print(t)
         _print_check(r["check"])
+        if trace_path:
+            console.print(f"timeline written to {trace_path} (open it in ui.perfetto.dev)")
+        if calibrate:
+            _print_calibration(r["calibration"])
     if not r["check"]["passed"]:
         raise SystemExit(1)
+
+
+def _print_calibration(cal: dict[str, Any]) -> None:
+    if not cal["units"]:
+        console.print("calibration: nothing to calibrate (no measured partition has a prediction)")
+        return
+    for units, c in cal["units"].items():
+        console.print(
+            f"calibration: {units}: measured/predicted x{c['factor']:.3f} "
+            f"(median over {c['partitions']} partitions)"
+        )
+    console.print(f"stored as {cal['signature']} in {cal['db']}")
 
 
 @main.command("check")
@@ -211,13 +379,15 @@ def check_cmd(
     inputs: tuple[str, ...],
     seed: int,
     timeout: float,
+    fallback: str | None,
     as_json: bool,
 ) -> None:
     """Run PLAN once and compare its outputs with the unpartitioned model's."""
-    r = _execute(model, input_shapes, plan_path, units_file, inputs, 1, seed, timeout)
+    r, _ = execute(model, input_shapes, plan_path, units_file, inputs, 1, seed, timeout, fallback)
     if as_json:
-        emit_json(r["check"])
+        emit_json({**r["check"], "fallback": r["fallback"]} if r["fallback"] else r["check"])
     else:
+        _print_fallbacks(r)
         _print_check(r["check"])
     if not r["check"]["passed"]:
         raise SystemExit(1)

@@ -74,7 +74,10 @@ def simulate(problem: Problem, partitions: Sequence[Partition]) -> Timing:
         ready = 0.0
         for q in after[p]:
             nbytes = sum(crossing.get((q, p), {}).values())
-            arrive = end[q] + problem.transfer_us(partitions[q].unit, unit, nbytes)
+            moved = (q, p) in crossing  # a turn on shared hardware moves no data
+            arrive = end[q] + (
+                problem.transfer_us(partitions[q].unit, unit, nbytes) if moved else 0.0
+            )
             ready = max(ready, arrive)
         start[p] = ready
         in_bytes = sum(sum(crossing.get((q, p), {}).values()) for q in after[p])

@@ -32,7 +32,7 @@ from partuner.profile.measure import random_feeds, time_call
 from partuner.profile.store import Measurement
 from partuner.units import Unit
 
-__all__ = ["ChainFit", "fit_chain_costs", "measure_chains"]
+__all__ = ["ChainFit", "chain_cuts", "chain_detail", "fit_chain_costs", "measure_chains"]
 
 log = logging.getLogger(__name__)
 
@@ -88,38 +88,52 @@ def _time_chain(
             r.close()
 
 
+def chain_cuts(graph: ModelGraph, digest: str) -> list[tuple[str, list[PartitionSpec]]]:
+    """The cuts timed per unit: ``(signature, chunks)`` for each ``k`` of :data:`CHAIN_KS`
+    (seeded, so a kit written elsewhere cuts the same way)."""
+    n = len(graph.compute_nodes)
+    rng = np.random.default_rng(0)
+    out = []
+    for k in CHAIN_KS:
+        if k > n:
+            break
+        for trial in range(1 if k == 1 else 2):
+            out.append((f"__chain__#{digest}#k{k}#t{trial}", _chunks(graph, k, rng)))
+    return out
+
+
+def chain_detail(graph: ModelGraph, parts: list[PartitionModel]) -> str:
+    """What a chain measurement's ``detail`` records: partitions and bytes crossing cuts."""
+    return json.dumps({"partitions": len(parts), "bytes": _cut_bytes(graph, parts)})
+
+
 def measure_chains(
     unit: Unit,
     graph: ModelGraph,
-    lookup: Callable[[str, Callable[[], Measurement]], Measurement],
+    lookup: Callable[[str, Callable[[], Measurement]], Measurement | None],
     digest: str,
     budget_s: float,
 ) -> list[tuple[int, float, float]]:
     """Time the model cut into ``k`` chunks for each ``k`` of :data:`CHAIN_KS`.
 
-    ``lookup(signature, make)`` returns a stored measurement or makes (and stores) one; each
-    point's cut bytes travel in the measurement's ``detail``.
+    ``lookup(signature, make)`` returns a stored measurement or makes (and stores) one, or
+    ``None`` when it may not measure; each point's cut bytes travel in the measurement's
+    ``detail``. Returns no points if any cut could not be timed.
     """
-    n = len(graph.compute_nodes)
-    rng = np.random.default_rng(0)
     points = []
-    for k in CHAIN_KS:
-        if k > n:
-            break
-        for trial in range(1 if k == 1 else 2):
-            specs = _chunks(graph, k, rng)
+    for sig, specs in chain_cuts(graph, digest):
 
-            def make(specs: list[PartitionSpec] = specs) -> Measurement:
-                parts = cut(graph, specs, check=False)
-                m = _time_chain(unit, graph, parts, budget_s)
-                detail = json.dumps({"partitions": len(parts), "bytes": _cut_bytes(graph, parts)})
-                return Measurement(m.median_us, m.p10_us, m.p90_us, m.count, m.status, detail)
+        def make(specs: list[PartitionSpec] = specs) -> Measurement:
+            parts = cut(graph, specs, check=False)
+            m = _time_chain(unit, graph, parts, budget_s)
+            detail = chain_detail(graph, parts)
+            return Measurement(m.median_us, m.p10_us, m.p90_us, m.count, m.status, detail)
 
-            m = lookup(f"__chain__#{digest}#k{k}#t{trial}", make)
-            if m.status != "ok":
-                return []
-            info = json.loads(m.detail)
-            points.append((int(info["partitions"]), float(info["bytes"]), m.median_us))
+        m = lookup(sig, make)
+        if m is None or m.status != "ok":
+            return []
+        info = json.loads(m.detail)
+        points.append((int(info["partitions"]), float(info["bytes"]), m.median_us))
     return points
 
 

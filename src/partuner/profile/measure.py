@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import statistics
-import threading
 import time
 from collections.abc import Callable
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper
 
 from partuner.graph import ModelGraph
 from partuner.profile.store import Measurement
+from partuner.units import Unit
 
-__all__ = ["time_call", "random_feeds", "handoff_latency_us"]
+__all__ = ["overhead_model", "random_feeds", "short_error", "time_call", "time_model"]
 
 
 def time_call(
@@ -77,42 +80,37 @@ def random_feeds(graph: ModelGraph, names: list[str], seed: int = 0) -> dict[str
     return out
 
 
-def handoff_latency_us(rounds: int = 200) -> Measurement:
-    """Measure handing a tensor from one worker thread to another in this process.
-
-    This is the cost of a cross-unit edge between two units that share host memory: no copy is
-    made (the array object is passed), only a thread wake-up. Measured as half a ping-pong.
-    """
-    ping, pong = threading.Event(), threading.Event()
-    box: list[object] = [None]
-    stop = False
-
-    def echo() -> None:
-        while True:
-            ping.wait()
-            ping.clear()
-            if stop:
-                return
-            pong.set()
-
-    t = threading.Thread(target=echo, daemon=True)
-    t.start()
-    samples = []
-    payload = np.zeros(16, dtype=np.float32)
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        box[0] = payload
-        ping.set()
-        pong.wait()
-        pong.clear()
-        samples.append((time.perf_counter() - t0) * 1e6 / 2)
-    stop = True
-    ping.set()
-    t.join(timeout=1.0)
-    arr = np.asarray(samples[10:])
-    return Measurement(
-        float(np.median(arr)),
-        float(np.percentile(arr, 10)),
-        float(np.percentile(arr, 90)),
-        len(arr),
+def overhead_model() -> onnx.ModelProto:
+    """A trivial one-node model (Identity of one float): what a call costs with no work."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    g = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"], name="id")], "overhead", [x], [y]
     )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def short_error(exc: BaseException) -> str:
+    """``Type: first line`` of an exception, at most ~200 characters."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
+
+
+def time_model(
+    unit: Unit,
+    model: onnx.ModelProto,
+    feeds: dict[str, np.ndarray],
+    budget_s: float,
+) -> Measurement:
+    """Prepare ``model`` on ``unit`` and time running it on ``feeds``; a backend rejecting or
+    failing the model gives status ``unsupported`` (data, not a crash)."""
+    try:
+        runner = unit.prepare(model)
+    except Exception as exc:
+        return Measurement(math.inf, math.inf, math.inf, 0, "unsupported", short_error(exc))
+    try:
+        return time_call(lambda: runner.run(feeds), budget_s=budget_s)
+    except Exception as exc:
+        return Measurement(math.inf, math.inf, math.inf, 0, "unsupported", short_error(exc))
+    finally:
+        runner.close()

@@ -1,50 +1,65 @@
-"""Profile a model on a set of units: per-node costs, per-call overhead, links.
+"""Profile a model on a set of units: per-node costs, fused groups, per-call overhead, links.
 
 What is measured, per real unit (units with equal fingerprints are measured once):
 
 - the **call overhead**: the median time of running a trivial one-node model;
 - each distinct **node signature** alone, as its own one-node sub-model, minus the call overhead;
+- each distinct **fused group** asked for (``fuse`` patterns, or every chain of 2..K nodes with
+  ``fuse_auto``; see ``profile/groups.py``) as its own sub-model, minus the call overhead;
+  automatic groups are kept only where they differ from their members' sum beyond the noise;
 - the **model cut in context** (``profile/context.py``): whole, and cut into 4, 16 and 32 chunks
   run one after the other, fitted to a cost per extra partition and per byte crossing a cut.
   A partition's cost is not the sum of its operators' isolated costs (backends fuse operators
-  and keep data in their own layouts inside one call), so the per-node costs are scaled so
-  that, on each unit, per-partition cost + sum of nodes = whole-model time. The scale and the
-  raw additivity error (no-op call + isolated nodes vs whole) are reported.
+  and keep data in their own layouts inside one call), so the per-node (and group) costs are
+  scaled so that, on each unit, per-partition cost + sum of nodes - fused-group savings =
+  whole-model time. The raw additivity error (no-op call + isolated nodes vs whole), with and
+  without the groups' savings, is reported.
 
 Modeled units are not timed: their costs come from their roofline model and are labelled modeled.
-Links that the units file declares are taken as declared; two real units that share host memory
-hand tensors over without a copy, and that hand-off (a thread wake-up) is measured here.
+Units measured elsewhere (``remote``: a kit's results or a NEST-C profile imported into the store)
+are profiled from the store only. Links that the units file declares are taken as declared; links
+between real units are measured and fitted (``profile/transfer.py``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper
 
-from partuner.errors import UnitUnavailableError
+from partuner.errors import ProfileError, UnitUnavailableError
 from partuner.export.cut import cut_nodes
 from partuner.graph import ModelGraph
 from partuner.profile.context import fit_chain_costs, measure_chains
-from partuner.profile.measure import handoff_latency_us, random_feeds, time_call
-from partuner.profile.signature import node_signature
-from partuner.profile.store import Measurement, ProfileStore
+from partuner.profile.groups import (
+    candidate_groups,
+    differs_beyond_noise,
+    fused_saving,
+    group_signature,
+)
+from partuner.profile.measure import overhead_model, random_feeds, time_model
+from partuner.profile.signature import model_digest, node_signature
+from partuner.profile.store import NET, Measurement, ProfileStore, net_us
+from partuner.profile.transfer import LINK_SIZES, LinkFit, profile_links
 from partuner.units import Link, Unit, UnitSet
 
-__all__ = ["Profile", "UnitProfile", "profile_model", "Progress"]
+__all__ = [
+    "OVERHEAD_SIG",
+    "Profile",
+    "Progress",
+    "UnitProfile",
+    "profile_model",
+]
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int, str], None]  # (done, total, what)
 
-_OVERHEAD_SIG = "__call_overhead__"
+OVERHEAD_SIG = "__call_overhead__"
 
 
 @dataclass
@@ -60,13 +75,23 @@ class UnitProfile:
     scale: float = 1.0  # factor applied to node costs so that overhead + nodes == whole
     call_us: float = 0.0  # a no-op call
     boundary_us_per_byte: float = 0.0  # per byte a partition reads from another partition
+    fused_parts_us: float | None = None  # parts_us less the fused groups' savings (unscaled)
 
     @property
     def additivity_error(self) -> float | None:
         """(sum of parts - whole) / whole, before scaling; None if not measured."""
-        if self.whole_us is None or self.parts_us is None or self.whole_us <= 0:
-            return None
-        return (self.parts_us - self.whole_us) / self.whole_us
+        return _rel(self.parts_us, self.whole_us)
+
+    @property
+    def fused_additivity_error(self) -> float | None:
+        """As :attr:`additivity_error`, with the fused groups' savings taken off the parts."""
+        return _rel(self.fused_parts_us, self.whole_us)
+
+
+def _rel(parts: float | None, whole: float | None) -> float | None:
+    if whole is None or parts is None or whole <= 0 or not math.isfinite(parts):
+        return None
+    return (parts - whole) / whole
 
 
 @dataclass
@@ -84,89 +109,34 @@ class Profile:
     unsupported: list[tuple[str, str, str]] = field(default_factory=list)
     skipped_units: dict[str, str] = field(default_factory=dict)
     wall_s: float = 0.0
+    # fused groups: (member nodes, unit -> µs on the scale of ``costs``)
+    groups: list[tuple[tuple[str, ...], dict[str, float]]] = field(default_factory=list)
+    group_signatures: int = 0  # distinct group signatures considered
+    link_fits: dict[tuple[str, str], LinkFit] = field(default_factory=dict)
+    links_measured: int = 0  # link rows timed now
+    remote: dict[str, str] = field(default_factory=dict)  # unit -> fingerprint, store only
 
     def link(self, a: str, b: str) -> Link:
         return self.links.get((a, b)) or self.links[(b, a)]
 
 
-def _overhead_model() -> onnx.ModelProto:
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
-    g = helper.make_graph(
-        [helper.make_node("Identity", ["x"], ["y"], name="id")], "overhead", [x], [y]
+def _net(m: Measurement, call_us: float) -> Measurement:
+    if m.detail.startswith(NET):
+        return m
+    return Measurement(
+        net_us(m, call_us), max(m.p10_us - call_us, 0.0), max(m.p90_us - call_us, 0.0), m.count
     )
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def _model_digest(graph: ModelGraph) -> str:
-    h = hashlib.sha1()
-    for n in graph.nodes:
-        h.update(f"{n.op_type}|{n.inputs}|{n.outputs}|{sorted(n.attributes.items())}".encode())
-    for v in sorted(graph.values.values(), key=lambda v: v.name):
-        h.update(f"{v.name}|{v.shape}|{v.dtype}".encode())
-    return h.hexdigest()[:16]
-
-
-def _host_memory(unit: Unit) -> bool:
-    return bool(getattr(unit, "host_memory", False)) and not unit.modeled
-
-
-def _time_model(
-    unit: Unit, graph: ModelGraph | None, model: onnx.ModelProto, inputs: list[str], budget_s: float
-) -> Measurement:
-    try:
-        runner = unit.prepare(model)
-    except Exception as exc:  # a backend rejecting a sub-model is data, not a crash
-        return Measurement(math.inf, math.inf, math.inf, 0, "unsupported", _short(exc))
-    try:
-        feeds = (
-            random_feeds(graph, inputs)
-            if graph is not None
-            else {"x": np.zeros(1, dtype=np.float32)}
-        )
-        return time_call(lambda: runner.run(feeds), budget_s=budget_s)
-    except Exception as exc:
-        return Measurement(math.inf, math.inf, math.inf, 0, "unsupported", _short(exc))
-    finally:
-        runner.close()
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
-
-
-def profile_model(
-    graph: ModelGraph,
-    units: UnitSet,
-    *,
-    store: ProfileStore | None = None,
-    progress: Progress | None = None,
-    budget_s: float = 0.25,
-    skip_unavailable: bool = False,
-    calibrate: bool = True,
-) -> Profile:
-    """Measure (or look up) every compute node of ``graph`` on every unit of ``units``.
-
-    Parameters
-    ----------
-    graph : the loaded model.
-    units : the unit set; each unit must be available unless ``skip_unavailable``.
-    store : where measurements are looked up and saved; ``None`` measures everything afresh.
-    progress : called as ``progress(done, total, what)`` after each item.
-    budget_s : time budget per timed item (adaptive repeats stop earlier when stable).
-    skip_unavailable : leave unavailable units out (recorded in ``skipped_units``).
-    calibrate : scale node costs per unit so that they add up to the whole-model time.
-
-    Raises
-    ------
-    UnitUnavailableError : a unit cannot run here (and ``skip_unavailable`` is off).
-    """
-    t_start = time.perf_counter()
+def _resolve_units(
+    units: UnitSet, remote: Mapping[str, str], skip_unavailable: bool
+) -> tuple[dict[str, Unit], dict[str, str]]:
     active: dict[str, Unit] = {}
     skipped: dict[str, str] = {}
+    for name in remote:
+        units[name]  # noqa: B018 - names the known units if unknown
     for name, unit in units.units.items():
-        ok, why = unit.availability()
+        ok, why = (True, "") if name in remote else unit.availability()
         if ok:
             active[name] = unit
         elif skip_unavailable:
@@ -179,21 +149,69 @@ def profile_model(
             )
     if not active:
         raise UnitUnavailableError("no unit of the units file is available here")
+    return active, skipped
 
+
+def profile_model(
+    graph: ModelGraph,
+    units: UnitSet,
+    *,
+    store: ProfileStore | None = None,
+    progress: Progress | None = None,
+    budget_s: float = 0.25,
+    skip_unavailable: bool = False,
+    calibrate: bool = True,
+    fuse: Sequence[Sequence[str]] | None = None,
+    fuse_auto: int = 0,
+    remote: Mapping[str, str] | None = None,
+    link_sizes: Sequence[int] = LINK_SIZES,
+) -> Profile:
+    """Measure (or look up) every compute node of ``graph`` on every unit of ``units``.
+
+    Parameters
+    ----------
+    graph : the loaded model.
+    units : the unit set; each unit must be available unless ``skip_unavailable``.
+    store : where measurements are looked up and saved; ``None`` measures everything afresh.
+    progress : called as ``progress(done, total, what)`` after each item.
+    budget_s : time budget per timed item (adaptive repeats stop earlier when stable).
+    skip_unavailable : leave unavailable units out (recorded in ``skipped_units``).
+    calibrate : scale node costs per unit so that they add up to the whole-model time.
+    fuse : op-type patterns (``[["Conv", "Relu"], ...]``) whose chains become fused groups.
+    fuse_auto : if >= 2, also time every chain of 2..``fuse_auto`` nodes and keep those whose
+        time differs from their members' sum beyond the noise.
+    remote : unit name -> fingerprint for units measured elsewhere (kit results, NEST-C
+        profiles): read from ``store`` only, never timed here.
+    link_sizes : tensor sizes (bytes) the links are measured at.
+
+    Raises
+    ------
+    UnitUnavailableError : a unit cannot run here (and ``skip_unavailable`` is off).
+    ProfileError : a ``remote`` unit lacks stored measurements for some node of the model.
+    """
+    t_start = time.perf_counter()
+    remote = dict(remote or {})
+    active, skipped = _resolve_units(units, remote, skip_unavailable)
     nodes = graph.compute_nodes
+    order = [n.name for n in nodes]
     sig_of = {n.name: node_signature(graph, n) for n in nodes}
     rep: dict[str, str] = {}  # signature -> first node with it
     for n in nodes:
         rep.setdefault(sig_of[n.name], n.name)
+    cands = candidate_groups(graph, fuse, fuse_auto)
+    gsig_of = {c: group_signature(sig_of[m] for m in c) for c, _ in cands}
+    grep: dict[str, tuple[str, ...]] = {}
+    for c, _ in cands:
+        grep.setdefault(gsig_of[c], c)
+    explicit = {gsig_of[c] for c, e in cands if e}
 
-    # One measuring representative per fingerprint among real units.
-    groups: dict[str, list[str]] = {}
-    for name, unit in active.items():
-        if not unit.modeled:
-            groups.setdefault(unit.fingerprint(), []).append(name)
-    total = len(groups) * (len(rep) + 2)
-    done = 0
-    measured = reused = 0
+    fps = {n: remote.get(n) or u.fingerprint() for n, u in active.items() if not u.modeled}
+    by_fp: dict[str, list[str]] = {}
+    for name, fp in fps.items():
+        by_fp.setdefault(fp, []).append(name)
+    total = len(by_fp) * (len(rep) + len(grep) + 2) + 1
+    done = measured = reused = 0
+    missing: list[tuple[str, str]] = []
 
     def tick(what: str) -> None:
         nonlocal done
@@ -201,14 +219,17 @@ def profile_model(
         if progress is not None:
             progress(done, total, what)
 
-    def lookup_or_time(
-        unit: Unit, fp: str, sig: str, make: Callable[[], Measurement]
-    ) -> Measurement:
+    def lookup(
+        unit: Unit, fp: str, sig: str, make: Callable[[], Measurement], can_time: bool
+    ) -> Measurement | None:
         nonlocal measured, reused
         m = store.get(fp, sig) if store is not None else None
         if m is not None:
             reused += 1
             return m
+        if not can_time:
+            missing.append((unit.name, sig))
+            return None
         m = make()
         measured += 1
         if store is not None:
@@ -216,61 +237,82 @@ def profile_model(
         return m
 
     costs: dict[str, dict[str, float]] = {n.name: {} for n in nodes}
+    group_costs: dict[tuple[str, ...], dict[str, float]] = {}
     uprof: dict[str, UnitProfile] = {}
     unsupported: list[tuple[str, str, str]] = []
-    digest = _model_digest(graph)
-    for fp, names in groups.items():
-        unit = active[names[0]]
-        ov = lookup_or_time(
-            unit,
-            fp,
-            _OVERHEAD_SIG,
-            lambda u=unit: _time_model(u, None, _overhead_model(), [], budget_s),
-        )
-        if ov.status != "ok":
+    digest = model_digest(graph)
+    for fp, names in by_fp.items():
+        local = [n for n in names if n not in remote]
+        can_time = bool(local)
+        unit = active[(local or names)[0]]
+
+        def look(
+            sig: str,
+            make: Callable[[], Measurement],
+            u: Unit = unit,
+            f: str = fp,
+            t: bool = can_time,
+        ) -> Measurement | None:
+            return lookup(u, f, sig, make, t)
+
+        def make_overhead(u: Unit = unit) -> Measurement:
+            return time_model(u, overhead_model(), {"x": np.zeros(1, np.float32)}, budget_s)
+
+        ov = look(OVERHEAD_SIG, make_overhead)
+        if ov is None or ov.status != "ok":  # imported profiles may come without one
             ov = Measurement(0.0, 0.0, 0.0, 0)
         tick(f"{names[0]}: call overhead")
-        overhead = ov.median_us
-        raw: dict[str, float] = {}
+        call_us = ov.median_us
+        raw: dict[str, Measurement] = {}  # net of the call overhead; inf: cannot
         for sig, node_name in rep.items():
             node = graph.node(node_name)
-            if not unit.supports(node, graph):
-                raw[sig] = math.inf
-                tick(f"{names[0]}: {sig.split('#')[0]} (unsupported)")
-                continue
+            m: Measurement | None = None
+            if unit.supports(node, graph):
 
-            def make(u: Unit = unit, n: str = node_name, s: str = sig) -> Measurement:
-                model, ins, _ = cut_nodes(graph, s.split("#")[0], [n])
-                return _time_model(u, graph, model, ins, budget_s)
+                def make(u: Unit = unit, n: str = node_name, s: str = sig) -> Measurement:
+                    model, ins, _ = cut_nodes(graph, s.split("#")[0], [n])
+                    return time_model(u, model, random_feeds(graph, ins), budget_s)
 
-            m = lookup_or_time(unit, fp, sig, make)
-            if m.status != "ok":
-                raw[sig] = math.inf
-                unsupported.append((node_name, names[0], m.detail))
-            else:
-                raw[sig] = max(m.median_us - overhead, 0.0)
+                m = look(sig, make)
+                if m is not None and m.status != "ok":
+                    unsupported.append((node_name, names[0], m.detail))
+            ok = m is not None and m.status == "ok"
+            raw[sig] = _net(m, call_us) if ok else Measurement(math.inf, math.inf, math.inf, 0)
             tick(f"{names[0]}: {sig.split('#')[0]}")
-        call_us = overhead
-        parts = overhead + sum(raw[sig_of[n.name]] for n in nodes)
+        kept: dict[str, float] = {}
+        for gsig, members in grep.items():
+            mem = [raw[sig_of[n]] for n in members]
+            if all(math.isfinite(x.median_us) for x in mem):
+
+                def make_group(u: Unit = unit, ms: tuple[str, ...] = members) -> Measurement:
+                    model, ins, _ = cut_nodes(graph, "group", ms)
+                    return time_model(u, model, random_feeds(graph, ins), budget_s)
+
+                g = look(gsig, make_group)
+                if g is not None and g.status == "ok":
+                    net = _net(g, call_us)
+                    if gsig in explicit or differs_beyond_noise(net, mem):
+                        kept[gsig] = net.median_us
+            tick(f"{names[0]}: group {gsig.count('+') + 1} nodes")
+        node_raw = {n: raw[sig_of[n]].median_us for n in order}
+        mine = [(c, kept[gsig_of[c]]) for c, _ in cands if gsig_of[c] in kept]
+        parts = call_us + sum(node_raw.values())
+        fused = parts - fused_saving(order, mine, node_raw) if math.isfinite(parts) else parts
         whole: float | None = None
-        per_byte = 0.0
+        overhead, per_byte = call_us, 0.0
         if math.isfinite(parts) and calibrate:
-            points = measure_chains(
-                unit,
-                graph,
-                lambda sig, make, u=unit, f=fp: lookup_or_time(u, f, sig, make),
-                digest,
-                max(budget_s, 0.5),
-            )
-            fit = fit_chain_costs(points)
+            fit = fit_chain_costs(measure_chains(unit, graph, look, digest, max(budget_s, 0.5)))
             if fit is not None:
                 whole = fit.whole_us
-                overhead = min(max(overhead, fit.per_partition_us), whole)
+                # at most half the model: node costs keep their share even when cutting
+                # is ruinous (the planner still sees that every cut costs a lot)
+                overhead = min(max(overhead, fit.per_partition_us), whole / 2)
                 per_byte = fit.per_byte_us
         tick(f"{names[0]}: the model cut in context")
         scale = 1.0
-        if calibrate and whole is not None and parts > call_us:
-            scale = max(whole - overhead, 0.0) / (parts - call_us)
+        if calibrate and whole is not None and fused > call_us:
+            scale = max(whole - overhead, 0.0) / (fused - call_us)
+        finite = math.isfinite(parts)
         for name in names:
             uprof[name] = UnitProfile(
                 name,
@@ -278,57 +320,75 @@ def profile_model(
                 False,
                 overhead,
                 whole,
-                parts if math.isfinite(parts) else None,
+                parts if finite else None,
                 scale,
                 call_us=call_us,
                 boundary_us_per_byte=per_byte,
+                fused_parts_us=fused if finite and cands else None,
             )
-            for n in nodes:
-                costs[n.name][name] = raw[sig_of[n.name]] * scale
+            for n in order:
+                costs[n][name] = node_raw[n] * scale
+            for c, t in mine:
+                group_costs.setdefault(c, {})[name] = t * scale
+    _check_missing(missing, remote)
 
     for name, unit in active.items():
-        if not unit.modeled:
-            continue
-        overhead = unit.modeled_time_us([], graph)
-        for n in nodes:
-            costs[n.name][name] = (
-                unit.modeled_time_us([n], graph) - overhead if unit.supports(n, graph) else math.inf
-            )
-        whole_m = overhead + sum(costs[n.name][name] for n in nodes)
-        uprof[name] = UnitProfile(
-            name,
-            unit.fingerprint(),
-            True,
-            overhead,
-            whole_m if math.isfinite(whole_m) else None,
-            whole_m,
-            1.0,
-        )
-
-    links: dict[tuple[str, str], Link] = {}
-    sources: dict[tuple[str, str], str] = {}
-    handoff: float | None = None
-    names = list(active)
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            if frozenset((a, b)) in units.declared_links:
-                links[(a, b)], sources[(a, b)] = units.link(a, b), "declared"
-            elif _host_memory(active[a]) and _host_memory(active[b]):
-                if handoff is None:
-                    handoff = handoff_latency_us().median_us
-                links[(a, b)], sources[(a, b)] = Link(handoff, math.inf), "measured"
-            else:
-                links[(a, b)], sources[(a, b)] = units.link(a, b), "default"
+        if unit.modeled:
+            uprof[name] = _modeled(graph, unit, costs)
+    fps.update({n: u.fingerprint() for n, u in active.items() if u.modeled})
+    local_names = {n for n in active if n not in remote}
+    call = {n: uprof[n].call_us for n in active}
+    lp = profile_links(
+        units, list(active), fps, local_names, call, store, sizes=link_sizes, budget_s=budget_s
+    )
+    tick("links")
     return Profile(
         model=graph.source,
         costs=costs,
         units=uprof,
-        links=links,
-        link_sources=sources,
+        links=lp.links,
+        link_sources=lp.sources,
         signatures=len(rep),
         measured=measured,
         reused=reused,
         unsupported=unsupported,
         skipped_units=skipped,
         wall_s=time.perf_counter() - t_start,
+        groups=[(c, group_costs[c]) for c, _ in cands if c in group_costs],
+        group_signatures=len(grep),
+        link_fits=lp.fits,
+        links_measured=lp.measured,
+        remote=remote,
+    )
+
+
+def _check_missing(missing: list[tuple[str, str]], remote: Mapping[str, str]) -> None:
+    nodes = [(u, s) for u, s in missing if not s.startswith("__") and "+" not in s]
+    if nodes:
+        unit, sig = nodes[0]
+        raise ProfileError(
+            f"unit {unit!r} (fingerprint {remote.get(unit, '?')}) is measured elsewhere and the "
+            f"store lacks {len(nodes)} of its measurements for this model (e.g. "
+            f"{sig.split('#')[0]}); run the profiling kit for this model on the target and "
+            "--import its results"
+        )
+    for unit, sig in missing:
+        log.info("unit %s: no stored %s; left out", unit, sig.split("#")[0])
+
+
+def _modeled(graph: ModelGraph, unit: Unit, costs: dict[str, dict[str, float]]) -> UnitProfile:
+    overhead = unit.modeled_time_us([], graph)
+    for n in graph.compute_nodes:
+        costs[n.name][unit.name] = (
+            unit.modeled_time_us([n], graph) - overhead if unit.supports(n, graph) else math.inf
+        )
+    whole = overhead + sum(costs[n.name][unit.name] for n in graph.compute_nodes)
+    return UnitProfile(
+        unit.name,
+        unit.fingerprint(),
+        True,
+        overhead,
+        whole if math.isfinite(whole) else None,
+        whole,
+        1.0,
     )

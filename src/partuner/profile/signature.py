@@ -12,7 +12,7 @@ import json
 
 from partuner.graph import ModelGraph, NodeInfo
 
-__all__ = ["node_signature", "signature_label"]
+__all__ = ["model_digest", "node_signature", "signature_label"]
 
 
 def node_signature(graph: ModelGraph, node: NodeInfo) -> str:
@@ -64,3 +64,14 @@ def signature_label(graph: ModelGraph, node: NodeInfo) -> str:
     info = graph.values[first]
     dims = "-".join(str(d) for d in info.shape)
     return f"{node.op_type}-{dims}-{info.dtype}" if dims else f"{node.op_type}-{info.dtype}"
+
+
+def model_digest(graph: ModelGraph) -> str:
+    """A short digest of ``graph``'s structure, shapes and dtypes (not its weights' values):
+    what a profile, a kit or a results file is tied to."""
+    h = hashlib.sha1()
+    for n in graph.nodes:
+        h.update(f"{n.op_type}|{n.inputs}|{n.outputs}|{sorted(n.attributes.items())}".encode())
+    for v in sorted(graph.values.values(), key=lambda v: v.name):
+        h.update(f"{v.name}|{v.shape}|{v.dtype}".encode())
+    return h.hexdigest()[:16]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from partuner.errors import ProfileError
 
-__all__ = ["Measurement", "ProfileStore", "default_db_path"]
+__all__ = ["NET", "Measurement", "ProfileStore", "default_db_path", "net_us"]
 
 SCHEMA_VERSION = 1
 
@@ -55,6 +55,18 @@ class Measurement:
     count: int
     status: str = "ok"  # "ok" or "unsupported" (the backend rejected it)
     detail: str = ""
+
+
+#: ``detail`` prefix of a row whose time is already net of the call overhead (imported from a
+#: NEST-C profile, which records operator times, not call times).
+NET = "net:"
+
+
+def net_us(m: Measurement, call_us: float) -> float:
+    """A node's or group's time without the call overhead ``call_us``."""
+    if m.detail.startswith(NET):
+        return m.median_us
+    return max(m.median_us - call_us, 0.0)
 
 
 def default_db_path() -> Path:

@@ -11,6 +11,11 @@ different units run at the same time. An error in any partition stops the run pr
 raised in the caller with the partition and unit named; units that declare overlapping ``cores``
 never run at the same time (a lock per shared core); ``timeout_s`` bounds each run; ``close()``
 (or leaving a ``with`` block) stops every worker thread.
+
+After each run, ``last_trace`` holds when every partition ran and ``last_transfers`` every value
+handed from a partition on one unit to a partition on another (for the timeline). With
+``fallback``, a partition whose unit cannot prepare it (unavailable, compiler error) runs on the
+fallback unit instead; ``fallbacks`` says which and why.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -29,7 +34,7 @@ from partuner.export.cut import PartitionModel
 from partuner.graph import ModelGraph
 from partuner.units import Runner, UnitSet
 
-__all__ = ["Session", "PartitionTrace", "validate_feeds"]
+__all__ = ["Session", "PartitionTrace", "TransferTrace", "validate_feeds"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +49,21 @@ class PartitionTrace:
     end_s: float
 
 
+@dataclass(frozen=True)
+class TransferTrace:
+    """A value handed from a partition on one unit to a partition on another in the last
+    ``run``: the producer finished at ``ready_s``, the consumer started at ``taken_s``."""
+
+    value: str
+    nbytes: int
+    src_partition: str
+    src_unit: str
+    dst_partition: str
+    dst_unit: str
+    ready_s: float
+    taken_s: float
+
+
 class _Run:
     """State of one inference: values, per-partition completion, the first error."""
 
@@ -55,6 +75,8 @@ class _Run:
         self.aborted = threading.Event()
         self.t0 = time.perf_counter()
         self.trace: list[PartitionTrace] = []
+        self.transfers: list[tuple[str, int, int, int, float]] = []  # built into TransferTrace
+        self.ends = [0.0] * n_parts
         self.lock = threading.Lock()
 
     def fail(self, part: str, exc: BaseException) -> None:
@@ -95,6 +117,7 @@ class Session:
     partitions : the partitions, in a topological order (as ``export.cut`` returns them).
     units : the unit set naming every partition's unit.
     timeout_s : default bound on one ``run``.
+    fallback : a unit of ``units`` that runs every partition its own unit cannot prepare.
     """
 
     def __init__(
@@ -104,12 +127,18 @@ class Session:
         units: UnitSet,
         *,
         timeout_s: float = 60.0,
+        fallback: str | None = None,
     ) -> None:
         self.graph = graph
         self.partitions = list(partitions)
         self.timeout_s = timeout_s
         self.last_trace: list[PartitionTrace] = []
+        self._last_handoffs: tuple[list[tuple[str, int, int, int, float]], list[float]] = ([], [])
+        #: ``{partition: (planned unit, why it could not run there)}`` for fallen-back partitions
+        self.fallbacks: dict[str, tuple[str, str]] = {}
         self._closed = False
+        if fallback is not None:
+            units[fallback]  # noqa: B018 - names the known units when unknown
         producer: dict[str, int] = {}
         for i, p in enumerate(self.partitions):
             for v in p.outputs:
@@ -125,17 +154,25 @@ class Session:
         self._threads: list[threading.Thread] = []
         self._queues: dict[str, queue.SimpleQueue] = {}
         try:
-            for p in self.partitions:
-                unit = units[p.unit]
+            for i, p in enumerate(self.partitions):
                 try:
-                    self._runners.append(unit.prepare(p.model))
-                except PartunerError:
-                    raise
-                except Exception as exc:
-                    raise RuntimeFailure(
-                        f"unit {p.unit!r} could not prepare partition {p.name!r}: "
-                        f"{type(exc).__name__}: {str(exc).strip()[:200]}"
-                    ) from None
+                    self._runners.append(self._prepare(units, p))
+                except PartunerError as exc:
+                    if fallback is None or p.unit == fallback:
+                        raise
+                    self._runners.append(self._prepare(units, replace(p, unit=fallback)))
+                    self.fallbacks[p.name] = (p.unit, str(exc))
+                    self.partitions[i] = replace(p, unit=fallback)
+                    log.warning("partition %s runs on %s: %s", p.name, fallback, exc)
+            # Inputs read from a partition on another unit: the hand-offs traced per run.
+            self._handoffs: list[list[tuple[str, int]]] = [
+                [
+                    (v, producer[v])
+                    for v in p.inputs
+                    if v in producer and self.partitions[producer[v]].unit != p.unit
+                ]
+                for p in self.partitions
+            ]
             # Units that share cores never run at once: a partition holds a lock per core of its
             # unit while it runs (taken in sorted order, so no deadlock).
             locks: dict[int, threading.Lock] = {}
@@ -169,6 +206,18 @@ class Session:
         except BaseException:
             self.close()
             raise
+
+    @staticmethod
+    def _prepare(units: UnitSet, p: PartitionModel) -> Runner:
+        try:
+            return units[p.unit].prepare(p.model)
+        except PartunerError:
+            raise
+        except Exception as exc:
+            raise RuntimeFailure(
+                f"unit {p.unit!r} could not prepare partition {p.name!r}: "
+                f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+            ) from None
 
     @staticmethod
     def _shared(a: str, b: str, units: UnitSet) -> bool:
@@ -208,7 +257,11 @@ class Session:
                         lock.release()
                 for v in part.outputs:
                     run.values[v] = outs[v]
+                run.ends[i] = t1 - run.t0
                 run.trace.append(PartitionTrace(part.name, unit, t0 - run.t0, t1 - run.t0))
+                for v, d in self._handoffs[i]:  # kept raw: built on demand, off the hot path
+                    nbytes = getattr(run.values[v], "nbytes", 0)
+                    run.transfers.append((v, nbytes, d, i, t0 - run.t0))
             except BaseException as exc:  # surfaces in the caller
                 run.fail(part.name, exc)
                 return None
@@ -268,7 +321,22 @@ class Session:
         for e in run.done:
             e.wait(max(deadline - time.perf_counter(), 0.0))
         self.last_trace = sorted(run.trace, key=lambda t: t.start_s)
+        self._last_handoffs = (run.transfers, run.ends)
         return [run.values[n] for n in names]
+
+    @property
+    def last_transfers(self) -> list[TransferTrace]:
+        """The values handed between units in the last run, by the time they were taken."""
+        raw, ends = self._last_handoffs
+        out = []
+        for v, nbytes, d, i, taken in raw:
+            src, dst = self.partitions[d], self.partitions[i]
+            out.append(
+                TransferTrace(
+                    v, int(nbytes), src.name, src.unit, dst.name, dst.unit, ends[d], taken
+                )
+            )
+        return sorted(out, key=lambda t: t.taken_s)
 
     def close(self) -> None:
         """Stop the workers and release the backends' sessions. Idempotent."""

@@ -23,6 +23,7 @@ from partuner.units.config import (
     load_units,
     units_from_mapping,
 )
+from partuner.units.external_unit import ExternalUnit  # noqa: F401 - registers "external"
 from partuner.units.modeled_unit import ModeledUnit
 from partuner.units.onnxruntime_unit import OnnxruntimeRunner, OnnxruntimeUnit
 from partuner.units.openvino_unit import OpenvinoRunner, OpenvinoUnit

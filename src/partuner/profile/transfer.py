@@ -1,0 +1,299 @@
+"""Measured transfer costs between units: ``latency + bytes / bandwidth`` per link.
+
+The runtime runs every unit in one process, one worker thread per unit, and hands a partition's
+outputs to the next partition as the same numpy arrays: the producer stores them and sets an
+event, the consumer wakes up and reads them. So a link between two units that compute in host
+memory costs a thread hand-off, whatever the size (reading the data inside the next call is the
+per-byte boundary cost fitted in ``profile/context.py``, not the link's). A unit that computes
+elsewhere (onnxruntime's CUDA provider, OpenVINO on a GPU) also uploads what it reads and
+downloads what it writes.
+
+Per pair of real units, for each size of :data:`LINK_SIZES`:
+
+- the **hand-off** of an array of that size between two threads, measured as half a ping-pong
+  through ``threading.Event`` as the runtime does, the sizes interleaved so that drift in the
+  machine's load does not look like a size effect;
+- for each end that is not in host memory, **the device copy**: half of (running a Relu on a
+  tensor of that size on the unit, minus the unit's no-op call), i.e. one upload or download.
+
+The points are fitted by least squares to ``latency_us + bytes / (gbps * 1e3)``
+(:func:`fit_link`); a slope within the measurements' spread means zero-copy (``gbps = inf``).
+Rows are stored as ``(fingerprint A, "__link__#<fp A>#<fp B>#<bytes>")`` with the two
+fingerprints sorted, so every pair of units with the same fingerprints shares them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from partuner.profile.measure import time_model
+from partuner.profile.store import Measurement, ProfileStore
+from partuner.units import Link, Unit, UnitSet
+
+__all__ = [
+    "LINK_SIZES",
+    "LinkFit",
+    "LinkProfile",
+    "combine_link",
+    "copy_model",
+    "device_copy",
+    "fit_link",
+    "fit_rows",
+    "handoff",
+    "link_signature",
+    "profile_links",
+    "put_rows",
+]
+
+#: Tensor sizes (bytes) each link is measured at: 4 KiB .. 16 MiB.
+LINK_SIZES: tuple[int, ...] = (4 << 10, 64 << 10, 1 << 20, 16 << 20)
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    """A fitted link and the points it was fitted to: ``(bytes, median, p10, p90)`` in µs."""
+
+    latency_us: float
+    gbps: float
+    points: tuple[tuple[int, float, float, float], ...]
+
+    @property
+    def link(self) -> Link:
+        return Link(self.latency_us, self.gbps)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "latency_us": self.latency_us,
+            "gbps": self.gbps if math.isfinite(self.gbps) else "inf",
+            "points": [
+                {"bytes": b, "median_us": m, "p10_us": lo, "p90_us": hi}
+                for b, m, lo, hi in self.points
+            ],
+        }
+
+
+def link_signature(fp_a: str, fp_b: str, nbytes: int) -> tuple[str, str]:
+    """``(fingerprint column, signature)`` of a link row, the same for either order."""
+    lo, hi = sorted((fp_a, fp_b))
+    return lo, f"__link__#{lo}#{hi}#{nbytes}"
+
+
+def fit_link(points: Sequence[tuple[int, float, float, float]]) -> LinkFit:
+    """Fit ``T(bytes) = latency_us + bytes / (gbps * 1e3)`` to ``(bytes, median, p10, p90)``.
+
+    Least squares with ``latency >= 0``. When the slope is not positive, or the time it adds at
+    the largest size is within the median 10th-90th percentile spread of the points, the link
+    is zero-copy: ``gbps = inf`` and the latency is the mean of the medians.
+
+    Examples
+    --------
+    >>> pts = [(b, 10 + b / 2e3, 9 + b / 2e3, 11 + b / 2e3) for b in (1000, 10**5, 10**6)]
+    >>> f = fit_link(pts)
+    >>> round(f.latency_us, 6), round(f.gbps, 6)
+    (10.0, 2.0)
+    >>> fit_link([(1000, 30.0, 20.0, 45.0), (10**6, 31.0, 21.0, 44.0)]).gbps
+    inf
+    """
+    if not points:
+        raise ValueError("fit_link needs at least one point")
+    x = np.array([p[0] for p in points], dtype=float)
+    y = np.array([p[1] for p in points], dtype=float)
+    noise = statistics.median(max(p[3] - p[2], 0.0) for p in points)
+    slope = 0.0
+    if len(points) >= 2 and np.ptp(x) > 0:
+        slope, icpt = np.polyfit(x, y, 1)
+        if icpt < 0:  # refit through the origin
+            slope, icpt = float(x @ y / (x @ x)), 0.0
+    if slope <= 0 or slope * x.max() <= noise:
+        return LinkFit(float(y.mean()), math.inf, tuple(points))
+    return LinkFit(float(icpt), 1.0 / (float(slope) * 1e3), tuple(points))
+
+
+def handoff(sizes: Sequence[int] = LINK_SIZES, rounds: int = 60) -> dict[int, Measurement]:
+    """Time handing an array of each size from one worker thread to another (no copy).
+
+    Half a ping-pong: the caller stores the array in a shared dict and sets an event; the
+    other thread wakes, reads it, stores it back and sets another event. Sizes are interleaved
+    round by round; the first 5 rounds are warm-up.
+    """
+    arrays = {n: np.zeros(max(n // 4, 1), dtype=np.float32) for n in sizes}
+    values: dict[str, np.ndarray] = {}
+    ping, pong = threading.Event(), threading.Event()
+    stop = False
+
+    def echo() -> None:
+        while True:
+            ping.wait()
+            ping.clear()
+            if stop:
+                return
+            values["back"] = values["x"]
+            pong.set()
+
+    t = threading.Thread(target=echo, daemon=True, name="partuner-handoff")
+    t.start()
+    samples: dict[int, list[float]] = {n: [] for n in sizes}
+    try:
+        for r in range(rounds + 5):
+            for n in sizes:
+                t0 = time.perf_counter()
+                values["x"] = arrays[n]
+                ping.set()
+                pong.wait()
+                pong.clear()
+                assert values["back"] is arrays[n]
+                if r >= 5:
+                    samples[n].append((time.perf_counter() - t0) * 1e6 / 2)
+    finally:
+        stop = True
+        ping.set()
+        t.join(timeout=1.0)
+    return {n: _stats(s) for n, s in samples.items()}
+
+
+def _stats(samples: Sequence[float]) -> Measurement:
+    arr = np.asarray(samples)
+    return Measurement(
+        float(np.median(arr)),
+        float(np.percentile(arr, 10)),
+        float(np.percentile(arr, 90)),
+        len(arr),
+    )
+
+
+def copy_model(nbytes: int) -> onnx.ModelProto:
+    """A Relu over ``nbytes`` of float32: a call that uploads and downloads that many bytes."""
+    shape = [max(nbytes // 4, 1)]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="copy")], "copy", [x], [y])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def device_copy(
+    unit: Unit, call_us: float, sizes: Sequence[int] = LINK_SIZES, budget_s: float = 0.25
+) -> dict[int, Measurement] | None:
+    """One upload (or download) of each size to ``unit``: half of (a Relu call of that size
+    minus the no-op call ``call_us``). ``None`` if the unit cannot run the Relu."""
+    out: dict[int, Measurement] = {}
+    for n in sizes:
+        feeds = {"x": np.zeros(max(n // 4, 1), dtype=np.float32)}
+        m = time_model(unit, copy_model(n), feeds, budget_s)
+        if m.status != "ok":
+            return None
+        out[n] = Measurement(
+            max(m.median_us - call_us, 0.0) / 2,
+            max(m.p10_us - call_us, 0.0) / 2,
+            max(m.p90_us - call_us, 0.0) / 2,
+            m.count,
+        )
+    return out
+
+
+def combine_link(
+    hand: dict[int, Measurement], *copies: dict[int, Measurement] | None
+) -> dict[int, Measurement]:
+    """A link's time per size: the hand-off plus the device copy of each end that has one."""
+    out = {}
+    for n, h in hand.items():
+        parts = [h, *(c[n] for c in copies if c is not None)]
+        out[n] = Measurement(
+            sum(p.median_us for p in parts),
+            sum(p.p10_us for p in parts),
+            sum(p.p90_us for p in parts),
+            min(p.count for p in parts),
+        )
+    return out
+
+
+def fit_rows(rows: dict[int, Measurement]) -> LinkFit:
+    return fit_link([(n, m.median_us, m.p10_us, m.p90_us) for n, m in sorted(rows.items())])
+
+
+def stored_rows(
+    store: ProfileStore | None, fp_a: str, fp_b: str, sizes: Sequence[int]
+) -> dict[int, Measurement] | None:
+    """The stored link rows of a fingerprint pair, or ``None`` unless every size is there."""
+    if store is None:
+        return None
+    rows = {}
+    for n in sizes:
+        m = store.get(*link_signature(fp_a, fp_b, n))
+        if m is None or m.status != "ok":
+            return None
+        rows[n] = m
+    return rows
+
+
+def put_rows(
+    store: ProfileStore | None, fp_a: str, fp_b: str, rows: dict[int, Measurement]
+) -> None:
+    if store is not None:
+        for n, m in rows.items():
+            store.put(*link_signature(fp_a, fp_b, n), m)
+
+
+@dataclass
+class LinkProfile:
+    """The links of a unit set: per pair, the link, where it came from, the fit if measured."""
+
+    links: dict[tuple[str, str], Link]
+    sources: dict[tuple[str, str], str]  # "declared" | "measured" | "default"
+    fits: dict[tuple[str, str], LinkFit]
+    measured: int = 0  # link rows timed now (the others came from the store)
+
+
+def profile_links(
+    units: UnitSet,
+    names: Sequence[str],
+    fingerprints: Mapping[str, str],
+    local: set[str],
+    call_us: Mapping[str, float],
+    store: ProfileStore | None,
+    *,
+    sizes: Sequence[int] = LINK_SIZES,
+    budget_s: float = 0.25,
+) -> LinkProfile:
+    """Links between every two of ``names``: declared ones as declared; between two real
+    units, fitted from stored rows or (for two ``local`` units) measured now; else the units
+    file's default link."""
+    out = LinkProfile({}, {}, {})
+    hand: dict[int, Measurement] | None = None
+    copies: dict[str, dict[int, Measurement] | None] = {}
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            pair = (a, b)
+            if frozenset(pair) in units.declared_links:
+                out.links[pair], out.sources[pair] = units.link(a, b), "declared"
+                continue
+            ua, ub = units[a], units[b]
+            fa, fb = fingerprints[a], fingerprints[b]
+            rows = None if ua.modeled or ub.modeled else stored_rows(store, fa, fb, sizes)
+            if rows is None and not (ua.modeled or ub.modeled) and {a, b} <= local:
+                if hand is None:
+                    hand = handoff(sizes)
+                for u in (ua, ub):
+                    if u.name not in copies:
+                        copies[u.name] = (
+                            None
+                            if u.host_memory
+                            else device_copy(u, call_us.get(u.name, 0.0), sizes, budget_s)
+                        )
+                rows = combine_link(hand, copies[a], copies[b])
+                put_rows(store, fa, fb, rows)
+                out.measured += len(rows)
+            if rows is None:
+                out.links[pair], out.sources[pair] = units.link(a, b), "default"
+                continue
+            fit = fit_rows(rows)
+            out.links[pair], out.sources[pair], out.fits[pair] = fit.link, "measured", fit
+    return out

@@ -1,0 +1,188 @@
+"""The remote-profiling kit: what it holds, the runner's loop on this machine, importing its
+results, and refusing results for another model or another unit."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from partuner.cli import main
+from partuner.errors import ProfileError, UnitError
+from partuner.graph import load_model, zoo
+from partuner.profile import ProfileStore, find_chains, model_digest, node_signature, profile_model
+from partuner.profile.context import chain_cuts
+from partuner.profile.kit import import_results, target_fingerprint, unit_fields, write_kit
+from partuner.profile.transfer import link_signature
+from partuner.units import host_cpu_model, load_units, units_from_mapping
+
+UNITS = {"units": {"cpu0": {"backend": "onnxruntime"}, "ov": {"backend": "openvino"}}}
+SIZES = (4096, 1 << 20)
+
+
+def _units():
+    us = units_from_mapping(UNITS)
+    if not us["ov"].availability()[0]:
+        us = units_from_mapping({"units": {"cpu0": UNITS["units"]["cpu0"]}})
+    return us
+
+
+def test_fingerprint_formula_matches_the_units():
+    for unit in _units():
+        fields = unit_fields(unit)
+        assert target_fingerprint(fields, unit.backend_version(), host_cpu_model()) == (
+            unit.fingerprint()
+        )
+
+
+def test_kit_holds_every_sub_model_and_a_standalone_runner(branchy, tmp_path):
+    units = _units()
+    manifest = write_kit(branchy, units, tmp_path, fuse=[["Conv", "Relu"]], link_sizes=SIZES)
+    data = json.loads(manifest.read_text())
+    assert data["digest"] == model_digest(branchy)
+    assert [u["name"] for u in data["units"]] == list(units.units)
+    kinds: dict[str, list[str]] = {}
+    for item in data["items"]:
+        kinds.setdefault(item["kind"], []).append(item["signature"])
+        for f in item["files"]:
+            assert (tmp_path / f).is_file()
+        assert set(item["units"]) <= set(units.units)
+    node_sigs = {node_signature(branchy, n) for n in branchy.compute_nodes}
+    assert set(kinds["node"]) == node_sigs and len(kinds["node"]) == len(node_sigs)
+    n_groups = len(
+        {
+            "+".join(node_signature(branchy, branchy.node(m)) for m in c)
+            for c in find_chains(branchy, ["Conv", "Relu"])
+        }
+    )
+    assert len(kinds["group"]) == n_groups
+    assert kinds["chain"] == [s for s, _ in chain_cuts(branchy, model_digest(branchy))]
+    assert kinds["overhead"] == ["__call_overhead__"]
+    assert "copy" not in kinds  # every unit computes in host memory
+    runner = (tmp_path / "run_profile.py").read_text()
+    assert not re.search(r"^\s*(from|import) partuner", runner, re.M)
+
+
+def test_modeled_only_units_cannot_make_a_kit(branchy, tmp_path):
+    units = units_from_mapping({"units": {"npu": {"backend": "modeled", "gflops": 10, "gbps": 8}}})
+    with pytest.raises(ProfileError, match="no real unit"):
+        write_kit(branchy, units, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """A kit for branchy, run by its own runner in a fresh Python process."""
+    graph = load_model(zoo.build("branchy", image_size=32))
+    kit = tmp_path_factory.mktemp("kit")
+    write_kit(graph, _units(), kit, fuse=[["Conv", "Relu"]], budget_s=0.01, link_sizes=SIZES)
+    script = str(kit / "run_profile.py")
+    # partuner made unimportable: the runner must stand alone
+    code = (
+        "import runpy, sys; sys.modules['partuner'] = None; "
+        f"sys.argv = [{script!r}, '--quiet']; runpy.run_path({script!r}, run_name='__main__')"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    return kit / "results.json"
+
+
+def test_runner_results_import_and_profile_from_the_store(branchy, results, tmp_path):
+    units = _units()
+    data = json.loads(results.read_text())
+    for entry in data["units"]:  # same machine: same fingerprints as here
+        assert entry["fingerprint"] == units[entry["name"]].fingerprint()
+    with ProfileStore(tmp_path / "p.db") as store:
+        imp = import_results(store, branchy, results, units)
+        assert imp.fingerprints == {u.name: u.fingerprint() for u in units}
+        assert imp.rows == sum(len(e["measurements"]) for e in data["units"])
+        fps = list(imp.fingerprints.values())
+        for i, a in enumerate(fps):
+            for b in fps[i + 1 :]:
+                assert store.get(*link_signature(a, b, SIZES[0])) is not None
+        prof = profile_model(
+            branchy,
+            units,
+            store=store,
+            remote=imp.fingerprints,
+            fuse=[["Conv", "Relu"]],
+            link_sizes=SIZES,
+        )
+    assert prof.measured == 0 and prof.links_measured == 0  # everything came from the kit
+    assert prof.remote == imp.fingerprints
+    assert [m for m, _ in prof.groups] == find_chains(branchy, ["Conv", "Relu"])
+    for name in units.units:
+        up = prof.units[name]
+        assert up.whole_us is not None and up.call_us > 0  # chains and no-op call came along
+        total = up.overhead_us + sum(prof.costs[n.name][name] for n in branchy.compute_nodes)
+        assert total >= up.whole_us - 1e-6  # fused groups only take savings off
+    assert set(prof.link_sources.values()) <= {"measured"}
+
+
+def test_results_for_another_model_or_unit_are_refused(branchy, results, tmp_path):
+    other = load_model(zoo.build("branchy", image_size=48))
+    with ProfileStore(tmp_path / "p.db") as store:
+        with pytest.raises(ProfileError, match="another model"):
+            import_results(store, other, results)
+        changed = load_units_text(tmp_path, "cpu0: {backend: onnxruntime, threads: 2}")
+        with pytest.raises(ProfileError, match="units file the kit was made with"):
+            import_results(store, branchy, results, changed)
+        missing = load_units_text(tmp_path, "gpu0: {backend: onnxruntime}")
+        with pytest.raises(UnitError, match="unknown unit 'cpu0'"):
+            import_results(store, branchy, results, missing)
+        data = json.loads(results.read_text())
+        data["units"][0]["fingerprint"] = "onnxruntime-0-cpu-t1-f32-000000000000"
+        forged = tmp_path / "forged.json"
+        forged.write_text(json.dumps(data))
+        with pytest.raises(ProfileError, match="inconsistent fingerprint"):
+            import_results(store, branchy, forged)
+        (tmp_path / "junk.json").write_text("{}")
+        with pytest.raises(ProfileError, match="not a partuner kit results"):
+            import_results(store, branchy, tmp_path / "junk.json")
+
+
+def load_units_text(tmp_path, entry: str):
+    p = tmp_path / "u.yaml"
+    p.write_text(f"units:\n  {entry}\n")
+    return load_units(p)
+
+
+def test_remote_units_without_measurements_are_named(branchy, tmp_path):
+    units = units_from_mapping({"units": {"cpu0": {"backend": "onnxruntime"}}})
+    with ProfileStore(tmp_path / "p.db") as store, pytest.raises(ProfileError, match="'cpu0'"):
+        profile_model(branchy, units, store=store, remote={"cpu0": "board-fp"})
+
+
+def test_cli_kit_loop(branchy_file, results, tmp_path):
+    kit = tmp_path / "kit"
+    u = tmp_path / "u.yaml"
+    u.write_text("units:\n  cpu0: {backend: onnxruntime}\n")
+    r = CliRunner().invoke(
+        main, ["profile", str(branchy_file), "--units", str(u), "--kit", str(kit), "--json"]
+    )
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["units"] == ["cpu0"] and out["items"]["node"] > 0
+    assert (kit / "run_profile.py").is_file() and (kit / "manifest.json").is_file()
+    db = str(tmp_path / "p.db")
+    r = CliRunner().invoke(
+        main, ["profile", str(branchy_file), "--import", str(results)] + ["--db", db, "--json"]
+    )
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert set(out["remote"]) == set(_units().units) and out["measured"] == 0
+    assert all(link["source"] == "measured" and link["points"] for link in out["links"])
+    other = tmp_path / "other.onnx"
+    zoo.save("branchy", other, image_size=48)
+    r = CliRunner().invoke(main, ["profile", str(other), "--import", str(results), "--db", db])
+    assert r.exit_code == 2
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and "another model" in lines[0]
