@@ -160,7 +160,7 @@ def test_unknown_option_lists_valid_ones():
         ({"threads": 0}, "'threads' must be >= 1"),
         ({"threads": "2"}, "'threads' must be an integer"),
         ({"threads": True}, "'threads' must be an integer"),
-        ({"spinning": "yes"}, "'spinning' must be true or false"),
+        ({"spinning": "yes"}, "'spinning' must be true, false or run"),
         ({"optimization": "max"}, "'optimization' must be one of"),
         ({"provider": "tpu"}, "unknown execution provider 'tpu'"),
         ({"cores": [0, 0]}, "lists a core twice"),

@@ -5,11 +5,12 @@ Options
 provider : execution provider, full (``CUDAExecutionProvider``) or short (``cuda``) name;
     default ``CPUExecutionProvider``.
 threads : intra-op threads, default 1. Inter-op threads are always 1, execution sequential.
-spinning : whether idle intra-op threads spin, default ``false``. Measured on the 2-core
-    development machine (Conv 32->64 3x3 on 56x56): alone, 2 threads run 359 µs spinning vs
-    428 µs not; but two such units running at once (what partuner does) take 718 µs per pair
-    spinning vs 670 µs not, and with 1 thread there is no pool, so the value does nothing. Off is
-    the safe default when units share cores; turn it on for a unit that owns its cores.
+spinning : whether idle intra-op threads spin: ``false`` (default), ``true``, or ``run``: spin
+    while a run is in progress and stop when it ends (``session.force_spinning_stop``). With 1
+    thread there is no pool and the value does nothing. ``true`` is the fastest for one session
+    alone, but each partition is its own session with its own pool, and spinning pools of
+    several sessions starve each other; ``run`` keeps most of the speed without that
+    (measured by ``benchmarks/unit_settings_bench.py``; see docs/units.md).
 optimization : graph optimization level, ``all`` (default), ``extended``, ``basic``, ``disable``.
 session_options : extra ``SessionOptions`` config entries, e.g.
     ``{"session.set_denormal_as_zero": 1}``.
@@ -29,7 +30,6 @@ from partuner.errors import UnitError, UnitUnavailableError
 from partuner.units.base import (
     Runner,
     Unit,
-    opt_bool,
     opt_choice,
     opt_int,
     opt_str,
@@ -102,7 +102,7 @@ class OnnxruntimeRunner(Runner):
         unit_name: str,
         provider: str = "CPUExecutionProvider",
         threads: int = 1,
-        spinning: bool = False,
+        spinning: bool | str = False,
         optimization: str = "all",
         session_options: Mapping[str, str] | None = None,
     ) -> None:
@@ -115,6 +115,8 @@ class OnnxruntimeRunner(Runner):
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[optimization])
         so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+        if spinning == "run":
+            so.add_session_config_entry("session.force_spinning_stop", "1")
         for key, value in (session_options or {}).items():
             so.add_session_config_entry(key, value)
         try:
@@ -150,7 +152,8 @@ class OnnxruntimeUnit(Unit):
     OPTIONS = {
         "provider": "execution provider: cpu (default), cuda, tensorrt, dml, ... or a full name",
         "threads": "intra-op threads, integer >= 1 (default 1)",
-        "spinning": "true/false: idle intra-op threads spin (default false)",
+        "spinning": "true/false/run: idle intra-op threads spin (run: only during a run; "
+        "default false)",
         "optimization": "graph optimization: all (default), extended, basic, disable",
         "session_options": "mapping of extra SessionOptions config entries",
     }
@@ -158,7 +161,9 @@ class OnnxruntimeUnit(Unit):
     def _configure(self, options: dict[str, Any]) -> dict[str, Any]:
         provider = resolve_provider(opt_str(options, "provider", "CPUExecutionProvider"))
         threads = opt_int(options, "threads", 1, minimum=1)
-        spinning = opt_bool(options, "spinning", False)
+        spinning: bool | str = options.pop("spinning", False)
+        if spinning != "run" and not isinstance(spinning, bool):
+            raise UnitError(f"option 'spinning' must be true, false or run, got {spinning!r}")
         optimization = opt_choice(options, "optimization", "all", list(_LEVELS)[::-1])
         session_options = opt_str_map(options, "session_options")
         self.precision = "f32"
@@ -206,7 +211,9 @@ class OnnxruntimeUnit(Unit):
     def _fingerprint_tag(self) -> str:
         o = self.options
         short = o["provider"].removesuffix("ExecutionProvider").lower()
-        spin = "-spin" if o["threads"] > 1 and o["spinning"] else ""
+        spin = ""
+        if o["threads"] > 1 and o["spinning"]:
+            spin = "-spinrun" if o["spinning"] == "run" else "-spin"
         return f"{short}-t{o['threads']}{spin}-{self.precision}"
 
     def prepare(self, model: onnx.ModelProto) -> OnnxruntimeRunner:
