@@ -173,3 +173,30 @@ def test_bad_units_and_plans(tmp_path, branchy_file, units_file, db):
     other = tmp_path / "other.onnx"
     _invoke("zoo", "branchy", "-o", other, "--image-size", "48")
     _fails_cleanly(_invoke("run", other, "--plan", plan), "another model")
+
+
+def test_plan_with_fused_groups(branchy_file, units_file, db):
+    r = _invoke(
+        "plan",
+        branchy_file,
+        "--units",
+        units_file,
+        "--db",
+        db,
+        "--fuse",
+        "Conv-Relu",
+        "--time-limit",
+        "2",
+        "--json",
+        "--dump-problem",
+        db.parent / "prob.json",
+    )
+    assert r.exit_code == 0, r.output
+    prob = json.loads((db.parent / "prob.json").read_text())
+    assert prob["groups"], "Conv-Relu chains of branchy become fused groups"
+    for g in prob["groups"]:
+        assert len(g["nodes"]) == 2 and set(g["cost"]) <= {"cpu0", "cpu1"}
+    _fails_cleanly(
+        _invoke("plan", branchy_file, "--units", units_file, "--db", db, "--fuse", "Conv--Relu"),
+        "Conv--Relu",
+    )

@@ -285,13 +285,14 @@ def tune(
     repeat: int = 30,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    time_limit: float | None = None,
 ) -> TuneResult:
     """Plan, export, run and check ``graph`` on ``units`` with ``profile``'s costs."""
     say = progress or (lambda _msg: None)
     problem = build_problem(graph, units, profile)
     problem.validate()
     say("planning")
-    plan, plans = make_plan(problem, scheduler)
+    plan, plans = make_plan(problem, scheduler, time_limit=time_limit)
     pf = plan_file(plan, graph, units)
     say("exporting")
     outdir = Path(outdir)

@@ -15,6 +15,7 @@ from partuner.cli.common import (
     console,
     db_option,
     emit_json,
+    fuse_options,
     handle_errors,
     input_shape_option,
     json_option,
@@ -61,6 +62,7 @@ from partuner.cli.stages import load_units_cli, profile_cli
     type=click.Path(dir_okay=False),
     help="Plan a problem written by --dump-problem instead of profiling (MODEL is optional).",
 )
+@fuse_options
 @json_option
 @quiet_option
 @handle_errors
@@ -76,6 +78,8 @@ def plan_cmd(
     output: str | None,
     dump_problem: str | None,
     load_problem: str | None,
+    fuse: tuple[str, ...],
+    fuse_max: int,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -97,7 +101,9 @@ def plan_cmd(
             raise PartunerError(f"problem file not found: {path}; write one with --dump-problem")
         problem = Problem.from_json(path.read_text())
     else:
-        problem = build_problem(g, us, profile_cli(g, us, db, quiet or as_json))
+        problem = build_problem(
+            g, us, profile_cli(g, us, db, quiet or as_json, fuse=fuse, fuse_max=fuse_max)
+        )
     problem.validate()
     if dump_problem:
         atomic_write(dump_problem, problem.to_json())

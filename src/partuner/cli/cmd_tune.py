@@ -12,6 +12,7 @@ from partuner.cli.common import (
     console,
     db_option,
     emit_json,
+    fuse_options,
     handle_errors,
     input_shape_option,
     json_option,
@@ -44,6 +45,14 @@ from partuner.cli.stages import load_units_cli, profile_cli, unit_summary
     help="Timed runs per measured configuration.",
 )
 @click.option("--skip-unavailable", is_flag=True, help="Plan with the units that are available.")
+@click.option(
+    "--time-limit",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Seconds the planner may take (auto/exact).",
+)
+@fuse_options
 @json_option
 @quiet_option
 @handle_errors
@@ -56,6 +65,9 @@ def tune_cmd(
     scheduler: str,
     repeat: int,
     skip_unavailable: bool,
+    time_limit: float,
+    fuse: tuple[str, ...],
+    fuse_max: int,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -73,13 +85,15 @@ def tune_cmd(
     name = Path(model[4:] if model.startswith("zoo:") else model).name.split(".")[0]
     outdir = Path(output) if output else Path("partuner-out") / name
     quiet = quiet or as_json
-    prof = profile_cli(g, us, db, quiet, skip_unavailable)
+    prof = profile_cli(g, us, db, quiet, skip_unavailable, fuse=fuse, fuse_max=fuse_max)
 
     def say(msg: str) -> None:
         if not quiet:
             console.print(f"[dim]... {msg}[/dim]")
 
-    r = tune(g, us, prof, outdir, scheduler=scheduler, repeat=repeat, progress=say)
+    r = tune(
+        g, us, prof, outdir, scheduler=scheduler, repeat=repeat, progress=say, time_limit=time_limit
+    )
     plan = r.plan
     rows = [
         {

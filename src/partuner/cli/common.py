@@ -30,6 +30,7 @@ __all__ = [
     "units_option",
     "db_option",
     "emit_json",
+    "fuse_options",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -100,6 +101,23 @@ def db_option(fn: F) -> F:
         type=click.Path(dir_okay=False),
         default=None,
         help="Profile store (SQLite). Default: $PARTUNER_DB or ~/.cache/partuner/profiles.db.",
+    )(fn)
+
+
+def fuse_options(fn: F) -> F:
+    fn = click.option(
+        "--fuse-max",
+        type=click.IntRange(min=2),
+        default=3,
+        show_default=True,
+        help="Longest chain --fuse auto tries.",
+    )(fn)
+    return click.option(
+        "--fuse",
+        multiple=True,
+        metavar="PATTERN",
+        help="Also time chains of these op types as fused groups, e.g. Conv-Relu (repeatable); "
+        "'auto' times every chain of 2..--fuse-max nodes and keeps those that differ.",
     )(fn)
 
 

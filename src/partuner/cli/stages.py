@@ -20,9 +20,14 @@ def profile_cli(
     quiet: bool,
     skip_unavailable: bool = False,
     budget_s: float = 0.25,
+    fuse: tuple[str, ...] = (),
+    fuse_max: int = 3,
 ) -> Any:
-    from partuner.profile import ProfileStore, profile_model
+    """Profile with a progress bar; ``fuse`` holds ``--fuse`` patterns (or ``auto``)."""
+    from partuner.profile import ProfileStore, parse_pattern, profile_model
 
+    patterns = [parse_pattern(f) for f in fuse if f.lower() != "auto"]
+    fuse_auto = fuse_max if any(f.lower() == "auto" for f in fuse) else 0
     with ProfileStore(db) as store, progress_bar("profiling", quiet) as cb:
         return profile_model(
             graph,
@@ -31,6 +36,8 @@ def profile_cli(
             progress=cb,
             budget_s=budget_s,
             skip_unavailable=skip_unavailable,
+            fuse=patterns or None,
+            fuse_auto=fuse_auto,
         )
 
 
