@@ -1,8 +1,10 @@
-"""`partuner tune` on the demo models with the local default units, measured end to end.
+"""`partuner tune` on the demo models with the local default units, against the alternatives.
 
 For each model: profiling wall time (cold store), the chosen plan's predicted and measured
-latency, the best single unit's, and plain onnxruntime using all cores on the whole model,
-all measured in the same process, plus the output check.
+latency, the best single unit's, and, on the whole model, plain onnxruntime with 1 thread and
+with all cores, onnxruntime's ORT_PARALLEL executor (1 intra-op thread, inter-op threads = cores)
+and OpenVINO with all cores at f32 and bf16 (when installed), all measured in the same process,
+plus the output check.
 
     python benchmarks/tune_bench.py [--quick]
 
@@ -22,7 +24,55 @@ from common import machine, shared_model, temp_dir, write_result  # noqa: E402
 from partuner.graph import load_model, zoo  # noqa: E402
 from partuner.pipeline import tune  # noqa: E402
 from partuner.profile import ProfileStore, profile_model  # noqa: E402
-from partuner.units import default_units  # noqa: E402
+from partuner.profile.measure import random_feeds  # noqa: E402
+from partuner.units import default_units, make_unit  # noqa: E402
+
+
+def _median_ms(fn, repeat: int) -> float:
+    import time
+
+    import numpy as np
+
+    for _ in range(3):
+        fn()
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts) * 1e3)
+
+
+def alternatives(graph, repeat: int) -> dict[str, float]:
+    """The whole model on the usual runtimes, median ms."""
+    import os
+
+    import onnxruntime as ort
+
+    cores = os.cpu_count() or 1
+    feeds = random_feeds(graph, list(graph.inputs))
+    data = graph.model.SerializeToString()
+    out = {}
+    for label, intra, inter, parallel in (
+        ("onnxruntime 1 thread", 1, 1, False),
+        (f"onnxruntime {cores} threads", cores, 1, False),
+        (f"onnxruntime ORT_PARALLEL ({cores} inter-op)", 1, cores, True),
+    ):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads = intra, inter
+        if parallel:
+            so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+        so.log_severity_level = 3
+        sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        out[label] = _median_ms(lambda s=sess: s.run(None, feeds), repeat)
+    for prec in ("f32", "bf16"):
+        unit = make_unit("ov", "openvino", threads=cores, precision=prec)
+        if not unit.availability()[0]:
+            continue
+        runner = unit.prepare(graph.model)
+        out[f"OpenVINO {cores} threads {prec}"] = _median_ms(lambda r=runner: r.run(feeds), repeat)
+        runner.close()
+    return out
 
 
 def main() -> None:
@@ -32,10 +82,10 @@ def main() -> None:
     work = temp_dir("partuner-tune-bench-")
     size = 64 if args.quick else 224
     repeat = 10 if args.quick else 50
-    models = [
-        (f"zoo:{n}@{size}", zoo.build(n, image_size=size))
-        for n in ("branchy", "squeezenet", "googlenet", "resnet18")
-    ]
+    names = ["branchy", "squeezenet", "googlenet", "resnet18"]
+    if not args.quick:
+        names += ["resnet50", "mobilenet_v2", "shufflenet_v2", "inception_v3", "densenet121"]
+    models = [(f"zoo:{n}@{size}", zoo.build(n, image_size=size)) for n in names]
     if not args.quick:
         for name in ("squeezenet1_1", "googlenet", "resnet18"):
             path = shared_model(name, work)
@@ -67,6 +117,7 @@ def main() -> None:
                 "lower_bound_ms": r.lower_bound_us / 1e3,
                 "check_passed": r.check.passed,
                 "schedulers": {n: p.predicted_us / 1e3 for n, p in r.plans.items()},
+                "alternatives_ms": alternatives(graph, repeat),
             }
         )
         print(f"done {label}", file=sys.stderr)

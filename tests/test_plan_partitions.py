@@ -74,6 +74,12 @@ def deps(p: Problem, parts: list[Partition]) -> dict[int, set[int]]:
     return out
 
 
+def feeds_other_unit_early(p: Problem, s: Schedule, a: str, b: str) -> bool:
+    """Does another unit start on a's output before b (a's unit's next node) ends?"""
+    u = s.slots[a].unit
+    return any(s.slots[c].unit != u and s.slots[c].start < s.slots[b].end for c in p.succs(a))
+
+
 def shared_ran_between(p: Problem, s: Schedule, a: str, b: str) -> bool:
     """Did a unit sharing hardware with a's unit run a node between nodes a and b?"""
     u = s.slots[a].unit
@@ -132,6 +138,7 @@ def check_partitions(p: Problem, s: Schedule, parts: list[Partition]) -> None:
             late(p, s, n, s.slots[x.nodes[0]].start)
             or not acyclic(deps(p, merged))
             or shared_ran_between(p, s, x.nodes[-1], n)
+            or feeds_other_unit_early(p, s, x.nodes[-1], n)
         )
     timing = simulate(p, parts)
     free: dict[str, float] = {}
@@ -249,34 +256,38 @@ def diamond() -> Problem:
                    call_overhead_us={"u0": 0.5, "u1": 0.5}, modeled={"u1"})  # fmt: skip
 
 
-def test_heft_diamond_gives_three_partitions() -> None:
+def test_heft_diamond_gives_four_partitions() -> None:
     p = diamond()
     s = get_scheduler("heft").schedule(p)
-    # HEFT: a u0 [0,2], b u0 [2,5], c u1 [3,6], d u1 [6,7]: d's input from b arrives at 6,
-    # after c's run started at 3, so d starts a new partition.
+    # HEFT: a u0 [0,2], b u0 [2,5], c u1 [3,6], d u1 [6,7]. c starts on a's output before b
+    # ends, so the u0 run is cut after a; d's input from b arrives at 6, after c's run
+    # started at 3, so d starts a new partition.
     assert s.assignment == {"a": "u0", "b": "u0", "c": "u1", "d": "u1"} and s.makespan == 7
     plan = plan_from_schedule(p, s)
-    # p0 = 0.5 + 2 + 3; p1 waits for all of p0 plus 1 µs; p2 runs after p1 on u1
+    # p0 = 0.5 + 2; p1 (b) right after on u0; p2 (c) once a's output crossed (+1 µs);
+    # p3 (d) once p2 is done and b's output crossed: max(7.0, 6.0 + 1)
     assert plan.partitions == [
-        Partition("p0", "u0", ("a", "b"), 0.0, 5.5),
-        Partition("p1", "u1", ("c",), 6.5, 10.0),
-        Partition("p2", "u1", ("d",), 10.0, 11.5),
+        Partition("p0", "u0", ("a",), 0.0, 2.5),
+        Partition("p1", "u0", ("b",), 2.5, 6.0),
+        Partition("p2", "u1", ("c",), 3.5, 7.0),
+        Partition("p3", "u1", ("d",), 7.0, 8.5),
     ]
-    assert plan.predicted_us == 11.5 and plan.lower_bound_us == 6.0
+    assert plan.predicted_us == 8.5 and plan.lower_bound_us == 6.0
     assert plan.units == ["u0", "u1"] and plan.modeled
-    assert plan.parallel_groups() == []
+    assert plan.parallel_groups() == [["p1", "p2"]]
 
 
-def test_assigned_diamond_gives_three_partitions() -> None:
+def test_assigned_diamond_gives_four_partitions() -> None:
     p = diamond()
     plan = plan_from_assignment(p, {"a": "u0", "b": "u0", "c": "u1", "d": "u0"}, scheduler="x")
     # list schedule: a [0,2], b [2,5] on u0, c [3,6] on u1, d [7,8] on u0
     assert plan.partitions == [
-        Partition("p0", "u0", ("a", "b"), 0.0, 5.5),
-        Partition("p1", "u1", ("c",), 6.5, 10.0),
-        Partition("p2", "u0", ("d",), 11.0, 12.5),
+        Partition("p0", "u0", ("a",), 0.0, 2.5),
+        Partition("p1", "u0", ("b",), 2.5, 6.0),
+        Partition("p2", "u1", ("c",), 3.5, 7.0),
+        Partition("p3", "u0", ("d",), 8.0, 9.5),
     ]
-    assert plan.scheduler == "x" and plan.predicted_us == 12.5
+    assert plan.scheduler == "x" and plan.predicted_us == 9.5
     assert plan.node_unit == {"a": "u0", "b": "u0", "c": "u1", "d": "u0"}
 
 

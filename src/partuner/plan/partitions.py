@@ -56,7 +56,9 @@ def make_partitions(problem: Problem, schedule: Schedule) -> list[Partition]:
     unit reaches it (producer end + transfer) after that run starts, or (b) joining would make
     the partition graph cyclic, counting each unit's run order as dependencies (only possible
     with zero-time nodes and transfers), or (c) a unit sharing hardware with it ran a node since
-    the run began; then it opens a new run. Partition times come from
+    the run began; then it opens a new run. A run is also closed right after (d) a node whose
+    output another unit starts on before this unit's next node ends: a partition's outputs
+    leave only when it ends, so without the cut that unit would wait for the whole run. Partition times come from
     :func:`simulate`, which can run the result without deadlock.
 
     Raises
@@ -72,6 +74,12 @@ def make_partitions(problem: Problem, schedule: Schedule) -> list[Partition]:
     out: list[set[int]] = []  # out[g]: the groups reading from g or run after it on its hardware
     open_run: dict[str, int] = {}
     last_on: dict[str, int] = {}  # per hardware resource, the group that used it last
+    after_on_unit: dict[str, str] = {}  # the node its unit runs next, in schedule order
+    prev: dict[str, str] = {}
+    for n in order:
+        if slots[n].unit in prev:
+            after_on_unit[prev[slots[n].unit]] = n
+        prev[slots[n].unit] = n
     for n in order:
         unit = slots[n].unit
         res = problem.resources_of(unit)
@@ -97,6 +105,8 @@ def make_partitions(problem: Problem, schedule: Schedule) -> list[Partition]:
         group_of[n] = g
         for q in inputs - {g}:
             out[q].add(g)
+        if _feeds_other_unit_early(problem, slots, n, after_on_unit.get(n)):
+            del open_run[unit]  # (d) close the run so its output leaves now, not at its end
     first = [slots[nodes[0]] for nodes in groups]
     unit_pos = {u: i for i, u in enumerate(problem.units)}
     indegree = [0] * len(groups)
@@ -119,6 +129,15 @@ def make_partitions(problem: Problem, schedule: Schedule) -> list[Partition]:
         dataclasses.replace(p, start_us=timing.start_us[p.name], end_us=timing.end_us[p.name])
         for p in parts
     ]
+
+
+def _feeds_other_unit_early(
+    problem: Problem, slots: Mapping[str, Slot], n: str, nxt: str | None
+) -> bool:
+    if nxt is None:
+        return False
+    unit = slots[n].unit
+    return any(slots[s].unit != unit and slots[s].start < slots[nxt].end for s in problem.succs(n))
 
 
 def _late_input(problem: Problem, slots: Mapping[str, Slot], n: str, run_start: float) -> bool:
