@@ -58,8 +58,8 @@ def make_partitions(problem: Problem, schedule: Schedule) -> list[Partition]:
     with zero-time nodes and transfers), or (c) a unit sharing hardware with it ran a node since
     the run began; then it opens a new run. A run is also closed right after (d) a node whose
     output another unit starts on before this unit's next node ends: a partition's outputs
-    leave only when it ends, so without the cut that unit would wait for the whole run. Partition times come from
-    :func:`simulate`, which can run the result without deadlock.
+    leave only when it ends, so without the cut that unit would wait for the whole run.
+    Partition times come from :func:`simulate`, which can run the result without deadlock.
 
     Raises
     ------
