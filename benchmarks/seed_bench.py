@@ -33,6 +33,8 @@ from partuner.graph import load_model, zoo  # noqa: E402
 from partuner.pipeline import build_problem, make_plan, measure_session  # noqa: E402
 from partuner.plan import parallel_groups  # noqa: E402
 from partuner.profile import ProfileStore, profile_model, random_feeds  # noqa: E402
+from partuner.report.html import gantt_svg  # noqa: E402
+from partuner.report.trace import measured_slices, predicted_slices  # noqa: E402
 from partuner.runtime import Session  # noqa: E402
 from partuner.units import units_from_mapping  # noqa: E402
 
@@ -84,6 +86,7 @@ def groups_in_parallel(problem, plan) -> tuple[int, int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--figures", type=Path, help="write Gantt charts (SVG) of the plans here")
     args = ap.parse_args()
     work = temp_dir("partuner-seed-bench-")
     repeat = 10 if args.quick else 50
@@ -116,10 +119,18 @@ def main() -> None:
                     "modeled": plan.modeled,
                     "measured_ms": None,
                 }
+                measured = []
                 if not plan.modeled:
                     with Session(graph, cut(graph, plan.partitions), units) as sess:
                         stats, _ = measure_session(sess, feeds, repeat)
+                        measured = measured_slices(sess.last_trace)
                     row["measured_ms"] = stats.median_ms
+                if args.figures and label.startswith("zoo:") and name in ("branch", "auto"):
+                    args.figures.mkdir(parents=True, exist_ok=True)
+                    svg = gantt_svg(predicted_slices(plan.partitions), measured, list(units.units))
+                    out_svg = args.figures / f"gantt-squeezenet-{setting}-{name}.svg"
+                    out_svg.write_text(svg)
+                    row["figure"] = str(out_svg)
                 rows.append(row)
                 print(f"done {label} {setting} {name}", file=sys.stderr)
     out = write_result(

@@ -1,0 +1,268 @@
+"""Run the whole benchmark suite and regenerate docs/results.md from what it measured.
+
+    python benchmarks/run_all.py            # the full suite (about 20 minutes on 2 cores)
+    python benchmarks/run_all.py --quick    # small models and few runs (a few minutes)
+    python benchmarks/run_all.py --only seed,tune
+
+Each benchmark script writes benchmarks/results/<name>.json (machine, versions, every figure
+with its spread) and prints a markdown table; this script runs them one after another (never
+two at once: they time things), then writes docs/results.md from their tables, and the figures
+under docs/figures/. Nothing in docs/results.md is written by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import RESULTS, ROOT, machine  # noqa: E402
+
+DOCS = ROOT / "docs"
+FIGURES = DOCS / "figures"
+
+# name, script, extra arguments, what it shows (the section text in docs/results.md)
+SUITE = [
+    (
+        "seed",
+        "seed_bench.py",
+        ["--figures", str(FIGURES)],
+        "The branch-parallel seed experiment re-run: SqueezeNet's 8 branch groups, sequential "
+        "(`single`) vs the seed's method (`branch`), NEST-C's (`nestc`) and partuner's (`auto`), "
+        "on two real 1-thread units here (measured) and on a modeled Cortex-A53-class CPU + "
+        'EVTA-class NPU (predicted, modeled). "Groups in parallel": branch groups two of whose '
+        "branches are predicted to run at the same time on different units.",
+    ),
+    (
+        "tune",
+        "tune_bench.py",
+        [],
+        "`partuner tune` with the local default units (`cpu0`, `cpu1`: 1 thread each; `cpuall`: "
+        "both cores) against the alternatives on the whole model, measured in the same process.",
+    ),
+    (
+        "plan",
+        "plan_bench.py",
+        ["--time-limit", "10"],
+        "Every scheduler's predicted latency (ratio to the best proven lower bound, solve time) on "
+        "two real CPU units and on CPU + 1, 2 or 4 modeled conv-only NPUs. Planning only.",
+    ),
+    (
+        "runtime",
+        "runtime_bench.py",
+        [],
+        "The runtime: overhead per partition, measured vs predicted latency, and the best plan "
+        "against one 1-thread unit and plain onnxruntime with 2 threads.",
+    ),
+    (
+        "profile",
+        "profile_bench.py",
+        [],
+        "Profiling cost (cold store, then warm) and the additivity error (whole model vs the sum "
+        "of its profiled parts) without and with fused groups.",
+    ),
+    (
+        "batch",
+        "batch_bench.py",
+        [],
+        "Splitting one batch across units by measured throughput: measured throughput against "
+        "the sum of the units' own throughputs (the physical limit) and against the seed's "
+        "greedy split.",
+    ),
+    (
+        "unit_settings",
+        "unit_settings_bench.py",
+        [],
+        "The measurements behind the units' default settings (docs/units.md).",
+    ),
+]
+
+
+def run(name: str, script: str, extra: list[str], quick: bool, timeout: float) -> dict:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / script), *extra]
+    if quick:
+        cmd.append("--quick")
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        ok, out, err = proc.returncode == 0, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        ok, out, err = False, exc.stdout or "", f"timed out after {timeout:.0f} s"
+        out = out.decode() if isinstance(out, bytes) else out
+    wall = time.perf_counter() - t0
+    table = [ln for ln in out.splitlines() if ln.startswith("|")]
+    notes = [
+        ln
+        for ln in out.splitlines()
+        if ln.strip()
+        and not ln.startswith("|")
+        and not ln.startswith("written to")
+        and not ln.lstrip().startswith(("{", "}", '"'))
+    ]
+    print(f"{name}: {'ok' if ok else 'FAILED'} in {wall:.0f} s", file=sys.stderr)
+    if not ok:
+        print(err[-2000:], file=sys.stderr)
+    return {
+        "name": name,
+        "ok": ok,
+        "wall_s": wall,
+        "table": table,
+        "notes": notes[:8],
+        "error": None if ok else err.strip().splitlines()[-1:],
+    }
+
+
+def unit_settings_table() -> list[str]:
+    path = RESULTS / "unit_settings.json"
+    if not path.exists():
+        return []
+    d = json.loads(path.read_text())
+    rows = ["| setting | figure |", "|---|---|"]
+    for k, v in d.get("onnxruntime_2thread_spinning", {}).items():
+        rows.append(
+            f"| onnxruntime 2 threads, spinning {k}: alone / two units at once | "
+            f"{v['alone_us']:.0f} / {v['two_at_once_us']:.0f} µs |"
+        )
+    for k, v in d.get("openvino_1thread_pinning", {}).items():
+        rows.append(
+            f"| OpenVINO 1 thread, pinning {k}: speedup of two units at once | "
+            f"{v['speedup']:.2f}x |"
+        )
+    for k, v in d.get("openvino_precision_us", {}).items():
+        rows.append(f"| OpenVINO 1 thread {k} ({d.get('op', '')}) | {v:.0f} µs |")
+    if "thread_handoff_us" in d:
+        rows.append(
+            f"| handing an array to another Python thread | {d['thread_handoff_us']:.1f} µs |"
+        )
+        rows.append(f"| copying 1 MiB | {d['copy_1mib_gbps']:.1f} GB/s |")
+    return rows
+
+
+def latency_chart() -> str | None:
+    """A bar chart (SVG) of tune.json: per model, partuner's plan vs the alternatives."""
+    path = RESULTS / "tune.json"
+    if not path.exists():
+        return None
+    rows = json.loads(path.read_text())["rows"]
+    series: list[tuple[str, str]] = [("partuner plan", "#1f77b4")]
+    alts = list(rows[0].get("alternatives_ms", {})) if rows else []
+    palette = ["#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"]
+    series += [(a, palette[i % len(palette)]) for i, a in enumerate(alts)]
+    bar, gap, left, top = 10, 14, 190, 30
+    group_h = bar * len(series) + gap
+    vmax = max(
+        [r["measured_ms"] or 0 for r in rows]
+        + [v for r in rows for v in r.get("alternatives_ms", {}).values()]
+        + [1e-9]
+    )
+    width, plot_w = 900, 900 - 190 - 120
+    height = top + group_h * len(rows) + 20 + 18 * len(series)
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'font-family="sans-serif" font-size="11">',
+        f'<text x="{left}" y="16" font-size="13">Latency per model (ms, median, lower is '
+        f"better; measured on this machine, see docs/results.md)</text>",
+    ]
+    for i, r in enumerate(rows):
+        y0 = top + i * group_h
+        out.append(
+            f'<text x="{left - 6}" y="{y0 + group_h / 2}" text-anchor="end">{r["model"]}</text>'
+        )
+        values = [r["measured_ms"]] + [r.get("alternatives_ms", {}).get(a) for a in alts]
+        for j, ((label, color), v) in enumerate(zip(series, values, strict=True)):
+            if v is None:
+                continue
+            w = plot_w * v / vmax
+            y = y0 + j * bar
+            out.append(
+                f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar - 1}" '
+                f'fill="{color}"><title>{label}: {v:.3f} ms</title></rect>'
+            )
+            out.append(
+                f'<text x="{left + w + 3:.1f}" y="{y + bar - 2}" font-size="9">{v:.2f}</text>'
+            )
+    ly = top + group_h * len(rows) + 10
+    for j, (label, color) in enumerate(series):
+        out.append(
+            f'<rect x="{left}" y="{ly + 18 * j}" width="12" height="12" fill="{color}"/>'
+            f'<text x="{left + 18}" y="{ly + 18 * j + 10}">{label}</text>'
+        )
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def write_results_md(runs: list[dict], quick: bool) -> Path:
+    m = machine()
+    lines = [
+        "# Results",
+        "",
+        "Generated by `python benchmarks/run_all.py"
+        + (" --quick" if quick else "")
+        + "`: do not edit by hand. Every figure below comes "
+        "from the JSON files in `benchmarks/results/`, which hold the spreads and settings.",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores; Python {m['python']}, onnxruntime "
+        f"{m['onnxruntime']}, onnx {m['onnx']}"
+        + (f", OpenVINO {m['openvino']}" if "openvino" in m else "")
+        + f"; {m['date']}.",
+        "Figures labelled *modeled* are computed for hardware that is not here, never measured.",
+        "",
+    ]
+    if (FIGURES / "latency.svg").exists():
+        lines += ["![latency per model](figures/latency.svg)", ""]
+    for r in runs:
+        desc = next(d for n, _, _, d in SUITE if n == r["name"])
+        lines += [
+            f"## {r['name']}",
+            "",
+            desc,
+            "",
+            f"`benchmarks/{next(s for n, s, _, _ in SUITE if n == r['name'])}` "
+            f"({r['wall_s']:.0f} s; results in `benchmarks/results/{r['name']}.json`)",
+            "",
+        ]
+        if not r["ok"]:
+            lines += [f"**This benchmark failed in this run**: {' '.join(r['error'] or [])}", ""]
+            continue
+        table = unit_settings_table() if r["name"] == "unit_settings" else r["table"]
+        lines += table + [""]
+        if r["notes"]:
+            lines += [f"> {n}" for n in r["notes"]] + [""]
+        if r["name"] == "seed":
+            for svg in sorted(FIGURES.glob("gantt-squeezenet-*.svg")):
+                lines += [f"![{svg.stem}](figures/{svg.name})", ""]
+    path = DOCS / "results.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", help="comma-separated benchmark names")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per benchmark")
+    args = ap.parse_args()
+    only = set(args.only.split(",")) if args.only else None
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    runs = [
+        run(n, s, extra, args.quick, args.timeout)
+        for n, s, extra, _ in SUITE
+        if only is None or n in only
+    ]
+    chart = latency_chart()
+    if chart:
+        (FIGURES / "latency.svg").write_text(chart)
+    path = write_results_md(runs, args.quick)
+    print(f"wrote {path} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    if not all(r["ok"] for r in runs):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
