@@ -4,7 +4,7 @@ Unit sets (the CPU is this machine's, profiled for real; the NPUs are modeled):
   two-cpus     two 1-thread onnxruntime units;
   cpu+npu      one 1-thread CPU unit + a conv-only modeled NPU 5x faster than that CPU on
                convolutions, over a slow link (100 µs + 1 GB/s);
-  cpu+4npu     the same CPU + four such NPUs.
+  cpu+2npu, cpu+4npu   the same CPU + two or four such NPUs.
 Per model, unit set and scheduler: the predicted latency of the plan as partitions, its ratio
 to the best lower bound, the solve time, the status. Planning only: nothing is run.
 
@@ -57,6 +57,13 @@ def unit_sets(gflops: float) -> dict[str, dict]:
             "units": {"cpu": {"backend": "onnxruntime", "threads": 1}, "npu": npu},
             "links": {"default": slow},
         },
+        "cpu+2npu": {
+            "units": {
+                "cpu": {"backend": "onnxruntime", "threads": 1},
+                **{f"npu{i}": dict(npu) for i in range(2)},
+            },
+            "links": {"default": slow},
+        },
         "cpu+4npu": {
             "units": {
                 "cpu": {"backend": "onnxruntime", "threads": 1},
@@ -77,7 +84,7 @@ def main() -> None:
     if not args.quick:
         names += [
             n
-            for n in ("resnet50", "inception_v3", "densenet121", "synthetic_large")
+            for n in ("resnet50", "mobilenet_v2", "inception_v3", "densenet121", "synthetic_large")
             if n in zoo.NAMES
         ]
     limit = 5.0 if args.quick else args.time_limit

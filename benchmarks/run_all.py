@@ -2,7 +2,7 @@
 
     python benchmarks/run_all.py            # the full suite (about 20 minutes on 2 cores)
     python benchmarks/run_all.py --quick    # small models and few runs (a few minutes)
-    python benchmarks/run_all.py --only seed,tune
+    python benchmarks/run_all.py --only seed,tune   # re-run these, keep the other sections
 
 Each benchmark script writes benchmarks/results/<name>.json (machine, versions, every figure
 with its spread) and prints a markdown table; this script runs them one after another (never
@@ -75,6 +75,13 @@ SUITE = [
         "greedy split.",
     ),
     (
+        "example",
+        "example_tune.py",
+        [],
+        "The README's worked example: `partuner tune zoo:googlenet` with the default units, "
+        "exactly as printed.",
+    ),
+    (
         "unit_settings",
         "unit_settings_bench.py",
         [],
@@ -96,6 +103,8 @@ def run(name: str, script: str, extra: list[str], quick: bool, timeout: float) -
         out = out.decode() if isinstance(out, bytes) else out
     wall = time.perf_counter() - t0
     table = [ln for ln in out.splitlines() if ln.startswith("|")]
+    if name == "example":  # the whole output is the exhibit
+        table = out.rstrip().splitlines()
     notes = [
         ln
         for ln in out.splitlines()
@@ -103,6 +112,7 @@ def run(name: str, script: str, extra: list[str], quick: bool, timeout: float) -
         and not ln.startswith("|")
         and not ln.startswith("written to")
         and not ln.lstrip().startswith(("{", "}", '"'))
+        and name != "example"
     ]
     print(f"{name}: {'ok' if ok else 'FAILED'} in {wall:.0f} s", file=sys.stderr)
     if not ok:
@@ -127,6 +137,11 @@ def unit_settings_table() -> list[str]:
         rows.append(
             f"| onnxruntime 2 threads, spinning {k}: alone / two units at once | "
             f"{v['alone_us']:.0f} / {v['two_at_once_us']:.0f} µs |"
+        )
+    for k, v in d.get("onnxruntime_2thread_chain_of_8_sessions_us", {}).items():
+        rows.append(
+            f"| onnxruntime 2 threads, chain of 8 sessions (one unit's partitions), "
+            f"spinning {k} | {v:.0f} µs |"
         )
     for k, v in d.get("openvino_1thread_pinning", {}).items():
         rows.append(
@@ -255,6 +270,13 @@ def main() -> None:
         for n, s, extra, _ in SUITE
         if only is None or n in only
     ]
+    # --only re-runs some benchmarks: keep the other sections of the last run
+    state = RESULTS / "run_all.json"
+    if only is not None and state.exists():
+        previous = {r["name"]: r for r in json.loads(state.read_text())}
+        previous.update({r["name"]: r for r in runs})
+        runs = [previous[n] for n, _, _, _ in SUITE if n in previous]
+    state.write_text(json.dumps(runs, indent=1) + "\n")
     chart = latency_chart()
     if chart:
         (FIGURES / "latency.svg").write_text(chart)

@@ -1,6 +1,7 @@
 """The measurements behind the units' default settings (docs/units.md).
 
-1. onnxruntime intra-op spinning, 2-thread units: one unit alone, and two at once.
+1. onnxruntime intra-op spinning, 2-thread units: one unit alone, two at once, and a chain of
+   8 sessions on one unit (spinning on, off, and only during a run).
 2. OpenVINO CPU pinning, 1-thread units: speedup of two units running at once.
 3. OpenVINO f32 vs bf16 on the same Conv.
 4. Handing an array to another Python thread (latency) and copying 1 MiB (bandwidth).
@@ -97,6 +98,24 @@ def main() -> None:
             "two_at_once_us": _pair_us(a, b, feeds, n),
         }
     out["onnxruntime_2thread_spinning"] = spin
+
+    # A plan's partitions are separate sessions: a chain of 8 (each a 32->32 Conv) on one
+    # 2-thread unit, the way a unit runs its partitions one after another.
+    chain_model = conv_model(32, 32)
+    chain = {}
+    for flag in (True, False, "run"):
+        rs = [
+            make_unit(f"c{i}", "onnxruntime", threads=2, spinning=flag).prepare(chain_model)
+            for i in range(8)
+        ]
+
+        def run_chain(rs=rs):
+            x = feeds
+            for r in rs:
+                x = {"x": r.run(x)["y"]}
+
+        chain[str(flag).lower()] = _median_us(run_chain, max(n // 4, 5))
+    out["onnxruntime_2thread_chain_of_8_sessions_us"] = chain
 
     try:
         import openvino  # noqa: F401

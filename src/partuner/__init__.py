@@ -37,6 +37,7 @@ _API = {
     "build_problem": "partuner.pipeline",
     "make_plan": "partuner.pipeline",
     "tune": "partuner.pipeline",
+    "plan_file": "partuner.pipeline",
     "cut": "partuner.export",
     "export_plan": "partuner.export",
     "read_plan": "partuner.export",

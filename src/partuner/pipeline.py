@@ -11,7 +11,7 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,11 +51,19 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def build_problem(graph: ModelGraph, units: UnitSet, profile: Profile) -> Problem:
+def build_problem(
+    graph: ModelGraph,
+    units: UnitSet,
+    profile: Profile,
+    corrections: Mapping[str, float] | None = None,
+) -> Problem:
     """The planner's view of ``graph`` on ``units`` with ``profile``'s costs (and its fused
-    groups, on the units that measured them)."""
+    groups, on the units that measured them). ``corrections`` (``{unit: factor}``, from
+    ``partuner run --calibrate``: measured / predicted partition times) scale a unit's node
+    costs to what running the plan showed."""
     from partuner.plan import FusedGroup
 
+    fix = dict(corrections or {})
     names = [n.name for n in graph.compute_nodes]
     unit_names = [u for u in units.units if u in profile.units]
     keep = set(names)
@@ -73,7 +81,7 @@ def build_problem(graph: ModelGraph, units: UnitSet, profile: Profile) -> Proble
     return Problem(
         nodes=names,
         units=unit_names,
-        cost={n: {u: profile.costs[n][u] for u in unit_names} for n in names},
+        cost={n: {u: profile.costs[n][u] * fix.get(u, 1.0) for u in unit_names} for n in names},
         edges=edges,
         links=links,
         default_link=Link(units.default_link.latency_us, units.default_link.gbps),
@@ -286,10 +294,11 @@ def tune(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     time_limit: float | None = None,
+    corrections: Mapping[str, float] | None = None,
 ) -> TuneResult:
     """Plan, export, run and check ``graph`` on ``units`` with ``profile``'s costs."""
     say = progress or (lambda _msg: None)
-    problem = build_problem(graph, units, profile)
+    problem = build_problem(graph, units, profile, corrections)
     problem.validate()
     say("planning")
     plan, plans = make_plan(problem, scheduler, time_limit=time_limit)

@@ -23,7 +23,7 @@ from partuner.cli.common import (
     quiet_option,
     units_option,
 )
-from partuner.cli.stages import load_units_cli, profile_cli
+from partuner.cli.stages import corrections_cli, load_units_cli, profile_cli
 
 
 @main.command("plan")
@@ -101,9 +101,8 @@ def plan_cmd(
             raise PartunerError(f"problem file not found: {path}; write one with --dump-problem")
         problem = Problem.from_json(path.read_text())
     else:
-        problem = build_problem(
-            g, us, profile_cli(g, us, db, quiet or as_json, fuse=fuse, fuse_max=fuse_max)
-        )
+        prof = profile_cli(g, us, db, quiet or as_json, fuse=fuse, fuse_max=fuse_max)
+        problem = build_problem(g, us, prof, corrections_cli(g, us, db))
     problem.validate()
     if dump_problem:
         atomic_write(dump_problem, problem.to_json())

@@ -21,7 +21,7 @@ from partuner.cli.common import (
     quiet_option,
     units_option,
 )
-from partuner.cli.stages import load_units_cli, profile_cli, unit_summary
+from partuner.cli.stages import corrections_cli, load_units_cli, profile_cli, unit_summary
 
 
 @main.command("tune")
@@ -92,7 +92,15 @@ def tune_cmd(
             console.print(f"[dim]... {msg}[/dim]")
 
     r = tune(
-        g, us, prof, outdir, scheduler=scheduler, repeat=repeat, progress=say, time_limit=time_limit
+        g,
+        us,
+        prof,
+        outdir,
+        scheduler=scheduler,
+        repeat=repeat,
+        progress=say,
+        time_limit=time_limit,
+        corrections=corrections_cli(g, us, db),
     )
     plan = r.plan
     rows = [

@@ -6,6 +6,7 @@ import functools
 import json
 import logging
 import math
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,7 +36,12 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-console = Console(highlight=False, soft_wrap=True)
+# Not a terminal (a pipe, a log): rich would wrap tables at 80 columns; use a wider page.
+console = Console(
+    highlight=False,
+    soft_wrap=True,
+    width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 110)),
+)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 

@@ -41,6 +41,15 @@ def profile_cli(
         )
 
 
+def corrections_cli(graph: Any, units: Any, db: str | None) -> dict[str, float]:
+    """Per-unit correction factors stored by ``partuner run --calibrate`` for this model."""
+    from partuner.profile import ProfileStore
+    from partuner.runtime.calibrate import load_calibration
+
+    with ProfileStore(db) as store:
+        return load_calibration(store, graph, units)
+
+
 def unit_summary(profile: Any) -> list[dict[str, Any]]:
     rows = []
     for name, up in profile.units.items():

@@ -158,9 +158,9 @@ class Auto(Scheduler):
     whole. ``lower_bound`` is the best bound proven on the predicted latency of any plan
     (exact's, see :mod:`partuner.plan.exact`, else :func:`~partuner.plan.common.lower_bound`),
     so it can exceed the returned schedule's node-level ``makespan``. ``status`` is
-    ``"optimal"`` when exact proved its node-level optimum and that schedule is also the best
-    by predicted latency, or when the predicted latency meets the lower bound (no fused
-    groups); else ``"feasible"`` when the result comes from exact, ``"heuristic"`` otherwise.
+    ``"optimal"`` only when the predicted latency meets that proven bound (no fused groups):
+    exact's node-level optimum alone proves nothing about the partitioned plan. Else
+    ``"feasible"`` when the result comes from exact, ``"heuristic"`` otherwise.
 
     After :meth:`schedule`, ``runs`` holds each scheduler's :class:`Run` by name (the local
     search's as ``"<start>+local"`` when it helped) and ``chosen`` the winner's name.
@@ -212,14 +212,8 @@ class Auto(Scheduler):
         if exact_run is not None and exact_run.schedule.lower_bound is not None:
             bound = max(bound, exact_run.schedule.lower_bound)
         tol = 1e-9 * max(1.0, best.plan.predicted_us)
-        if (
-            exact_run is not None
-            and exact_run.schedule.status == "optimal"
-            and exact_run.plan.predicted_us <= best.plan.predicted_us + tol
-        ):
-            best_name, best, status = "exact", exact_run, "optimal"
-        elif best.plan.predicted_us <= bound + tol and group_slack(problem) == 0:
-            status = "optimal"  # the plan meets a bound no plan can beat
+        if best.plan.predicted_us <= bound + tol and group_slack(problem) == 0:
+            status = "optimal"  # the plan meets a bound no plan can beat: a proof
         elif best_name.startswith("exact"):
             status = "feasible"
         else:

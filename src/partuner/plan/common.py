@@ -22,8 +22,14 @@ __all__ = [
 
 
 def min_cost(problem: Problem, node: str) -> float:
-    """The smallest cost of ``node`` over all units."""
-    return min(problem.cost[node][u] for u in problem.units)
+    """The smallest cost of ``node`` over all units, less the largest saving of a fused group
+    it belongs to (so bounds built on it stay valid when groups run fused)."""
+    best = min(problem.cost[node][u] for u in problem.units)
+    saving = max(
+        (g.saving(problem, u) for g in problem.groups_of(node) for u in problem.units),
+        default=0.0,
+    )
+    return max(0.0, best - saving)
 
 
 def _mean_cost(problem: Problem, node: str) -> float:
@@ -121,7 +127,7 @@ def critical_path_bound(problem: Problem) -> float:
     >>> p = Problem(["a", "b", "c"], ["u"], {"a": {"u": 2}, "b": {"u": 3}, "c": {"u": 4}},
     ...             [Edge("a", "b", 0), Edge("a", "c", 0)])
     >>> critical_path_bound(p)
-    6
+    6.0
     """
     finish: dict[str, float] = {}
     for n in problem.nodes:
@@ -150,9 +156,14 @@ def total_work_bound(problem: Problem) -> float:
     total = len({r for u in problem.units for r in problem.resources_of(u)})
     need = 0.0
     for n in problem.nodes:
+        # a fused group may make its members cheaper than their own costs
+        saving = max(
+            (g.saving(problem, u) for g in problem.groups_of(n) for u in problem.units),
+            default=0.0,
+        )
         need += min(
             (
-                problem.cost[n][u] * width[u]
+                max(0.0, problem.cost[n][u] - saving) * width[u]
                 for u in problem.units
                 if math.isfinite(problem.cost[n][u])
             ),

@@ -41,8 +41,10 @@ def simulate(problem: Problem, partitions: Sequence[Partition]) -> Timing:
     Each unit runs its partitions one at a time in list order. A partition starts once its unit
     is free and every input from another partition has arrived: the producer partition's end
     plus the transfer, over the link between their units, of the bytes crossing (each distinct
-    value once; nothing between partitions of one unit). It runs for its unit's call overhead
-    plus the sum of its nodes' costs.
+    value once; nothing between partitions of one unit). It runs for :func:`partition_cost`:
+    its unit's call overhead, the boundary cost of the bytes it reads from other partitions,
+    and its nodes' costs, less the savings of fused groups it runs whole. Units that share
+    hardware take turns in list order.
 
     Raises
     ------

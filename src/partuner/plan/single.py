@@ -9,13 +9,15 @@ from partuner.plan.common import lower_bound
 from partuner.plan.problem import Problem
 from partuner.plan.registry import Scheduler, register
 from partuner.plan.schedule import Schedule, Slot
+from partuner.plan.simulate import partition_cost
 
 __all__ = ["SingleUnit"]
 
 
 @register
 class SingleUnit(Scheduler):
-    """Every node on the one unit with the smallest total cost, back to back in topological order.
+    """Every node on the one unit where the model as one partition is cheapest (call overhead +
+    node costs - fused-group savings), back to back in topological order.
 
     The baseline every other scheduler is compared against (no transfers, one partition). Units
     that cannot run some node are skipped; ties go to the unit listed first.
@@ -25,7 +27,8 @@ class SingleUnit(Scheduler):
 
     def schedule(self, problem: Problem, *, time_limit: float | None = None) -> Schedule:
         problem.validate()
-        totals = {u: sum(problem.cost[n][u] for n in problem.nodes) for u in problem.units}
+        # rank by what the one partition costs: call overhead + nodes - fused-group savings
+        totals = {u: partition_cost(problem, u, problem.nodes) for u in problem.units}
         able = [u for u in problem.units if math.isfinite(totals[u])]
         if not able:
             raise InfeasiblePlanError(

@@ -3,8 +3,8 @@
 Running a model as several partitions costs more than running it whole, and far more than the
 trivial per-call overhead suggests: every partition boundary converts tensors out of and back into
 the backend's internal layouts (onnxruntime's NCHWc blocks, OpenVINO's bf16 blocked formats),
-copies outputs, and runs with colder caches. Measured here on googlenet (onnxruntime, 1 thread),
-64 random cuts made the model ~50% slower while a no-op call costs ~6 µs.
+copies outputs, and runs with colder caches. The fitted costs per unit are what
+``partuner profile`` shows as "per partition" and "per MB crossing" (compare the no-op call).
 
 So each real unit runs the model cut into ``k`` consecutive chunks at random places
 (``k = 1, 4, 16, 32``; two cuts per ``k``), one after the other on that unit, and the medians

@@ -76,7 +76,14 @@ def gantt_svg(
         return _LABEL_W + plot_w * us / span
 
     block_h = _HEAD_H + len(order) * _ROW_H
-    height = 2 * block_h + _AXIS_H + 8
+    # a plan on modeled units has nothing measured: draw the predicted block alone
+    sides = (
+        (("predicted", predicted), ("measured", measured))
+        if measured
+        else (("predicted", predicted),)
+    )
+    nb = len(sides)
+    height = nb * block_h + _AXIS_H + 8
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" aria-label="Gantt chart">'
@@ -84,13 +91,13 @@ def gantt_svg(
     k = 0.0
     while k <= span + 1e-9:  # grid and axis
         out.append(
-            f'<line x1="{x(k):.1f}" y1="0" x2="{x(k):.1f}" y2="{2 * block_h}" stroke="#eee"/>'
-            f'<text x="{x(k):.1f}" y="{2 * block_h + 16}" text-anchor="middle" '
+            f'<line x1="{x(k):.1f}" y1="0" x2="{x(k):.1f}" y2="{nb * block_h}" stroke="#eee"/>'
+            f'<text x="{x(k):.1f}" y="{nb * block_h + 16}" text-anchor="middle" '
             f'fill="#555">{k / 1e3:g}</text>'
         )
         k += step
-    out.append(f'<text x="6" y="{2 * block_h + 16}" fill="#555">time (ms)</text>')
-    for b, (side, slices) in enumerate((("predicted", predicted), ("measured", measured))):
+    out.append(f'<text x="6" y="{nb * block_h + 16}" fill="#555">time (ms)</text>')
+    for b, (side, slices) in enumerate(sides):
         top = b * block_h
         out.append(f'<text x="6" y="{top + 16}" font-weight="bold" fill="#333">{side}</text>')
         row = {u: top + _HEAD_H + r * _ROW_H for r, u in enumerate(order)}

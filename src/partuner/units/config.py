@@ -199,8 +199,8 @@ def default_units() -> UnitSet:
     units = [onnxruntime_unit(f"cpu{c}", threads=1, cores=[c]) for c in cores]
     if len(cores) > 1:
         # Spin only during a run: every partition of a plan is its own session with its own
-        # thread pool, and pools that keep spinning between runs starve each other (a
-        # googlenet cut in 16 ran 14x slower here), while no spinning at all is ~15% slower.
+        # thread pool, and pools that keep spinning between runs starve each other, while no
+        # spinning at all wakes the pool slower (benchmarks/unit_settings_bench.py).
         units.append(onnxruntime_unit("cpuall", threads=len(cores), cores=cores, spinning="run"))
     return UnitSet(units, {}, default_link=DEFAULT_LINK, source="default")
 
