@@ -60,7 +60,8 @@ def build_problem(
     """The planner's view of ``graph`` on ``units`` with ``profile``'s costs (and its fused
     groups, on the units that measured them). ``corrections`` (``{unit: factor}``, from
     ``partuner run --calibrate``: measured / predicted partition times) scale a unit's node
-    costs to what running the plan showed."""
+    costs to what running the plan showed. Each node's weights are its initializers' bytes
+    (``NodeInfo.weight_bytes``); a unit's memory is its ``memory_mb`` (10^6 bytes each)."""
     from partuner.plan import FusedGroup
 
     fix = dict(corrections or {})
@@ -97,6 +98,10 @@ def build_problem(
             u: frozenset(f"core{c}" for c in units[u].cores) for u in unit_names if units[u].cores
         },
         groups=groups,
+        weight_bytes={n.name: n.weight_bytes for n in graph.compute_nodes if n.weight_bytes > 0},
+        memory_bytes={
+            u: units[u].memory_mb * 1e6 for u in unit_names if units[u].memory_mb is not None
+        },
     )
 
 

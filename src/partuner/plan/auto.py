@@ -25,6 +25,7 @@ from partuner.plan.exact import (
     schedule_order,
     solver_available,
 )
+from partuner.plan.memory import overflow
 from partuner.plan.partitions import Plan, plan_from_schedule
 from partuner.plan.problem import Problem
 from partuner.plan.registry import Scheduler, get_scheduler, register
@@ -112,13 +113,15 @@ def improve(problem: Problem, start: Run, deadline: float, name: str) -> Run:
 
     Each move (a partition or a chain of nodes to another unit, or a boundary node to a
     neighbouring partition's unit) is list-scheduled in the current schedule's node order and
-    simulated; the first move that lowers the predicted latency is kept.
+    simulated; the first move that lowers the predicted latency is kept. Moves that would
+    overfill a unit's memory are skipped.
     """
     t0 = time.monotonic()
     best = start
     assignment = dict(start.schedule.assignment)
     seen = {tuple(assignment[n] for n in problem.nodes)}
     chains = _chains(problem)
+    limited = problem.memory_limited
     improved = True
     while improved and time.monotonic() < deadline:
         improved = False
@@ -131,6 +134,8 @@ def improve(problem: Problem, start: Run, deadline: float, name: str) -> Run:
             if key in seen:
                 continue
             seen.add(key)
+            if limited and overflow(problem, cand) is not None:
+                continue
             s = list_schedule(problem, cand, order, name)
             plan = plan_from_schedule(problem, s)
             if plan.predicted_us < best.plan.predicted_us * (1 - _REL) - 1e-12:
@@ -152,7 +157,8 @@ class Auto(Scheduler):
     3. From the three best plans, a hill climb (:func:`improve`) moves whole partitions, chains
        of nodes (branches) and partition-boundary nodes to other units, which also merges
        neighbouring partitions, keeping each move that lowers the re-simulated latency
-       (first-improvement local search, the partition simulation as the judge).
+       (first-improvement local search, the partition simulation as the judge), never
+       past a unit's memory.
 
     The result is never worse than any scheduler run. ``time_limit`` (default 10 s) bounds the
     whole. ``lower_bound`` is the best bound proven on the predicted latency of any plan
@@ -163,7 +169,8 @@ class Auto(Scheduler):
     ``"feasible"`` when the result comes from exact, ``"heuristic"`` otherwise.
 
     After :meth:`schedule`, ``runs`` holds each scheduler's :class:`Run` by name (the local
-    search's as ``"<start>+local"`` when it helped) and ``chosen`` the winner's name.
+    search's as ``"<start>+local"`` when it helped), ``errors`` why the others gave none, and
+    ``chosen`` the winner's name.
     """
 
     name = "auto"
@@ -172,6 +179,7 @@ class Auto(Scheduler):
         self.exact_share = exact_share
         self.workers = workers
         self.runs: dict[str, Run] = {}
+        self.errors: dict[str, str] = {}
         self.chosen = ""
 
     def schedule(self, problem: Problem, *, time_limit: float | None = None) -> Schedule:
@@ -179,12 +187,17 @@ class Auto(Scheduler):
         budget = DEFAULT_TIME_LIMIT_S if time_limit is None else max(0.0, time_limit)
         deadline = time.monotonic() + budget
         self.runs = {}
+        self.errors = {}
         names = heuristic_names()
         for k, name in enumerate(names):
             share = max(0.0, deadline - time.monotonic()) / (4 * (len(names) - k))
             self._run(problem, name, partial(get_scheduler(name).schedule, time_limit=share))
         if not self.runs:
-            raise InfeasiblePlanError(f"no scheduler could plan {problem.name!r} (tried {names})")
+            why = next((e for n, e in self.errors.items() if n != "single"), "")
+            raise InfeasiblePlanError(
+                f"no scheduler could plan {problem.name!r} (tried {names})"
+                + (f": {why}" if why else "")
+            )
         if solver_available():
             left = max(0.0, deadline - time.monotonic()) * self.exact_share
             hints = [r.schedule for r in self.runs.values()]
@@ -229,6 +242,7 @@ class Auto(Scheduler):
             plan = plan_from_schedule(problem, s)
         except PartunerError as exc:  # e.g. 'single' when no unit runs every node
             log.info("auto: scheduler %r gave no plan: %s", name, exc)
+            self.errors[name] = str(exc)
             return
         self.runs[name] = Run(s, plan, time.perf_counter() - t0)
 

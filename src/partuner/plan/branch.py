@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import product
 
 from partuner.plan.dag_branches import ParallelGroup, parallel_groups
+from partuner.plan.memory import no_fit_error, overflow, pack
 from partuner.plan.problem import Problem
 from partuner.plan.registry import Scheduler, register
 from partuner.plan.schedule import Schedule
@@ -68,6 +69,10 @@ class BranchParallel(Scheduler):
     The final assignment is list-scheduled in topological order, each node at its earliest
     start (inputs arrived, transfers included, earliest idle gap on its unit and on units
     sharing its hardware).
+
+    With memory capacities, a start on the best single unit that does not fit is repaired
+    first (:func:`~partuner.plan.memory.pack`, keeping the nodes that fit where they are), and
+    assignments of a group's branches that would overfill a unit are not tried.
     """
 
     name = "branch"
@@ -75,6 +80,11 @@ class BranchParallel(Scheduler):
     def schedule(self, problem: Problem, *, time_limit: float | None = None) -> Schedule:
         problem.validate()
         assign = best_single_assignment(problem)
+        if overflow(problem, assign) is not None:
+            fitted = pack(problem, assign)
+            if fitted is None:
+                raise no_fit_error(problem)
+            assign = fitted
         done: set[str] = set()
         groups = sorted(parallel_groups(problem), key=lambda g: -sum(map(len, g.branches)))
         for g in groups:
@@ -95,18 +105,21 @@ Choice = Sequence[str | None]  # per branch: its unit, or None to keep its nodes
 
 def _best_choice(problem: Problem, g: ParallelGroup, assign: dict[str, str]) -> Choice | None:
     """The branch units that make the region fastest, or None if none beats sequential."""
-    options = []
+    options: list[list[str | None]] = []
     for branch in g.branches:
         able = [u for u in problem.units if all(math.isfinite(problem.cost[n][u]) for n in branch)]
-        options.append(able or [None])
+        options.append(list(able) or [None])
+    fits = _memory_check(problem, g, assign)
     sequential = _region_makespan(problem, g, [None] * len(g.branches), assign)
     best: Choice | None = None
     best_time = sequential
     if math.prod(len(o) for o in options) <= MAX_COMBINATIONS:
         candidates = product(*options)
     else:
-        candidates = iter([_greedy(problem, g, options, assign)])
+        candidates = iter([_greedy(problem, g, options, assign, fits)])
     for choice in candidates:
+        if not fits(choice):
+            continue
         t = _region_makespan(problem, g, choice, assign)
         if t < best_time - 1e-9 * max(1.0, best_time):
             best, best_time = choice, t
@@ -114,7 +127,11 @@ def _best_choice(problem: Problem, g: ParallelGroup, assign: dict[str, str]) -> 
 
 
 def _greedy(
-    problem: Problem, g: ParallelGroup, options: list[list[str | None]], assign: dict[str, str]
+    problem: Problem,
+    g: ParallelGroup,
+    options: list[list[str | None]],
+    assign: dict[str, str],
+    fits: Callable[[Choice], bool],
 ) -> Choice:
     choice: list[str | None] = [None] * len(g.branches)
     order = sorted(
@@ -125,10 +142,46 @@ def _greedy(
         best_t = math.inf
         for unit in options[i]:
             trial = [*choice[:i], unit, *choice[i + 1 :]]
+            if not fits(trial):
+                continue
             t = _region_makespan(problem, g, trial, assign)
             if t < best_t:
                 best_t, choice[i] = t, unit
     return choice
+
+
+def _memory_check(
+    problem: Problem, g: ParallelGroup, assign: dict[str, str]
+) -> Callable[[Choice], bool]:
+    """A test of whether a choice of branch units keeps every unit within its memory, the nodes
+    outside the group staying on their ``assign`` units (always true without capacities)."""
+    if not problem.memory_limited:
+        return lambda choice: True
+    members = {n for b in g.branches for n in b}
+    weights = dict.fromkeys(problem.units, 0)
+    peak = dict.fromkeys(problem.units, 0)
+    for n in problem.nodes:
+        if n not in members:
+            weights[assign[n]] += problem.weights(n)
+            peak[assign[n]] = max(peak[assign[n]], problem.activation_bytes(n))
+    sizes = [
+        (sum(problem.weights(n) for n in b), max(map(problem.activation_bytes, b), default=0))
+        for b in g.branches
+    ]
+
+    def fits(choice: Choice) -> bool:
+        w, a = dict(weights), dict(peak)
+        for branch, u, (bw, ba) in zip(g.branches, choice, sizes, strict=True):
+            if u is not None:
+                w[u] += bw
+                a[u] = max(a[u], ba)
+                continue
+            for n in branch:
+                w[assign[n]] += problem.weights(n)
+                a[assign[n]] = max(a[assign[n]], problem.activation_bytes(n))
+        return all(w[u] + a[u] <= problem.capacity(u) for u in problem.units)
+
+    return fits
 
 
 def _region_makespan(

@@ -6,10 +6,11 @@ import heapq
 import math
 
 from partuner.plan.common import upward_rank
+from partuner.plan.memory import Ledger
 from partuner.plan.problem import Problem
 from partuner.plan.registry import Scheduler, register
 from partuner.plan.schedule import Schedule, Slot
-from partuner.plan.static import Timeline
+from partuner.plan.static import Timeline, memory_fallback
 
 __all__ = ["CPOP", "downward_rank", "critical_path"]
 
@@ -102,6 +103,11 @@ class CPOP(Scheduler):
     unit, any other on the unit where it finishes first (ties: the unit listed first), each in
     the earliest idle gap long enough after its inputs arrive. Units that share hardware
     (``Problem.resources``) are kept from overlapping.
+
+    With memory capacities, the critical-path unit must hold the whole path
+    (:meth:`Problem.memory_use`), which is reserved on it first; other nodes skip units without
+    room left for them. If a node finds no unit with room, the placement so far is repaired to
+    fit and list-scheduled (:func:`~partuner.plan.static.memory_fallback`).
     """
 
     name = "cpop"
@@ -111,9 +117,16 @@ class CPOP(Scheduler):
         priority = _priority(problem)
         path = critical_path(problem, priority)
         totals = {u: sum(problem.cost[n][u] for n in path) for u in problem.units}
-        able = [u for u in problem.units if math.isfinite(totals[u])]
+        need = problem.memory_use(path)
+        able = [
+            u for u in problem.units if math.isfinite(totals[u]) and need <= problem.capacity(u)
+        ]
         cp_unit = min(able, key=lambda u: totals[u]) if able else None
         on_path = set(path) if cp_unit is not None else set()
+        ledger = Ledger(problem) if problem.memory_limited else None
+        if ledger is not None and cp_unit is not None:
+            for n in path:
+                ledger.take(n, cp_unit)
 
         timeline = Timeline(problem)
         waiting = {n: len(problem.preds(n)) for n in problem.nodes}
@@ -127,10 +140,18 @@ class CPOP(Scheduler):
             else:
                 best: Slot | None = None
                 for u in problem.runnable_units(n):
+                    if ledger is not None and not ledger.fits(n, u):
+                        continue
                     start = timeline.start(n, u)
                     if best is None or start + problem.cost[n][u] < best.end:
                         best = Slot(n, u, start, start + problem.cost[n][u])
-                assert best is not None  # validate() ensured some unit can run n
+                if best is None:  # validate() ensured some unit can run n: memory ran out
+                    prefer = {m: sl.unit for m, sl in timeline.slots.items()}
+                    if cp_unit is not None:
+                        prefer.update(dict.fromkeys(on_path, cp_unit))
+                    return memory_fallback(problem, prefer, self.name)
+                if ledger is not None:
+                    ledger.take(n, best.unit)
                 timeline.place(n, best.unit)
             for s in problem.succs(n):
                 waiting[s] -= 1

@@ -19,6 +19,9 @@ The model (OR-Tools CP-SAT, imported only when a schedule is asked for) is built
   on ``u``, else one per pair;
 * a node without inputs starts on ``u`` no earlier than ``u``'s call overhead: the first
   partition on a unit pays it too, so one unit alone is not made to look free;
+* per unit whose memory could overflow (``Problem.memory_limited``): the weights of the nodes
+  on it plus an integer ``peak`` at least the output bytes of each of them stay within its
+  capacity (:meth:`Problem.memory_use`, exactly, as linear constraints);
 * minimise the makespan.
 
 Returned schedules are re-timed in floating point in the solver's order with these same delays
@@ -35,15 +38,17 @@ Not modelled: fused groups (``Problem.groups``): a slot must last exactly its no
 their savings cannot appear in a schedule; they show only in the partition simulation, which
 ``auto`` judges plans by. Neither are the partition effects the delays only approximate: a
 partition's outputs leave when it ends, its call overhead and boundary cost occupy its unit,
-and the boundary bytes of several inputs add up. Per-unit memory capacity: the problem has no
-such field yet.
+and the boundary bytes of several inputs add up.
 
 The solver is warm-started (``AddHint``) with the best of the registered heuristics' schedules
 by this model's makespan (each re-timed under these delays). ``status`` is ``"optimal"`` only
 when CP-SAT proves the rounded model optimal: the schedule is then optimal up to the rounding,
 at most a tick per cost and delay along its critical path. Problems above ``max_nodes`` nodes
 are split at their articulation nodes and solved region by region
-(:mod:`partuner.plan.decompose`), which is exact when every region is solved to optimality.
+(:mod:`partuner.plan.decompose`), which is exact when every region is solved to optimality;
+not when memory is limited, since capacity couples the regions: such problems are solved
+whole. When no hint fits the units' memory the model starts without one, its horizon the
+length of a serial schedule.
 """
 
 from __future__ import annotations
@@ -117,7 +122,9 @@ class Instance:
     ``dur[n]`` maps each unit allowed to run ``n`` to its duration (µs); ``preds[n]`` are the
     nodes ``n`` waits for; ``delay(p, n, u, v)`` is the wait between ``p`` ending on ``u`` and
     ``n`` starting on ``v`` (``u != v``); ``resources(u)`` the hardware ``u`` occupies;
-    ``release[n][u]`` the earliest start of ``n`` on ``u`` (default 0).
+    ``release[n][u]`` the earliest start of ``n`` on ``u`` (default 0); ``capacity[u]`` the
+    bytes unit ``u`` holds (units not listed are unlimited), ``weight[n]`` and ``act[n]`` the
+    weight and output bytes of ``n`` (:meth:`Problem.memory_use`).
     Decomposition builds instances for parts of a problem, with some nodes pinned to a unit.
     """
 
@@ -127,11 +134,16 @@ class Instance:
     delay: Callable[[str, str, str, str], float]
     resources: Callable[[str], frozenset[str]]
     release: dict[str, dict[str, float]] = field(default_factory=dict)
+    capacity: dict[str, int] = field(default_factory=dict)
+    weight: dict[str, int] = field(default_factory=dict)
+    act: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, problem: Problem) -> Instance:
-        """The whole of ``problem``: :meth:`Problem.cut_us` delays, and a node without inputs
-        released on ``u`` after ``u``'s call overhead (the first partition pays it too)."""
+        """The whole of ``problem``: :meth:`Problem.cut_us` delays, a node without inputs
+        released on ``u`` after ``u``'s call overhead (the first partition pays it too), and
+        the units' memory when it is limited."""
+        limited = problem.memory_limited
         return cls(
             nodes=list(problem.nodes),
             dur={
@@ -145,7 +157,25 @@ class Instance:
                 for n in problem.nodes
                 if not problem.preds(n)
             },
+            capacity={
+                u: math.floor(problem.capacity(u))
+                for u in problem.units
+                if limited and math.isfinite(problem.capacity(u))
+            },
+            weight={n: problem.weights(n) for n in problem.nodes} if limited else {},
+            act={n: problem.activation_bytes(n) for n in problem.nodes} if limited else {},
         )
+
+    def fits(self, assignment: Mapping[str, str]) -> bool:
+        """Whether ``assignment`` keeps every unit within its ``capacity``."""
+        if not self.capacity:
+            return True
+        weights: dict[str, int] = {}
+        peak: dict[str, int] = {}
+        for n, u in assignment.items():
+            weights[u] = weights.get(u, 0) + self.weight.get(n, 0)
+            peak[u] = max(peak.get(u, 0), self.act.get(n, 0))
+        return all(weights.get(u, 0) + peak.get(u, 0) <= c for u, c in self.capacity.items())
 
 
 @dataclass
@@ -224,13 +254,17 @@ def solve(
 
     ``hints`` are ``(assignment, order)`` pairs (e.g. heuristic schedules; every node on its
     cheapest unit, in ``inst.nodes`` order, is always one more). The one with the smallest
-    makespan, re-timed in ticks, warm-starts the solver and bounds its horizon; the better of
-    it and the solver's answer, re-timed in µs, is returned.
+    makespan among those within the units' memory, re-timed in ticks, warm-starts the solver
+    and bounds its horizon; the better of it and the solver's answer, re-timed in µs, is
+    returned. Without such a hint the solver starts cold, within a serial schedule's length.
 
     Raises
     ------
     PartunerError
         OR-Tools is not installed.
+    InfeasiblePlanError
+        No hint fits the units' memory and the solver found no placement that does (proved
+        none exists, or ran out of time).
     """
     cp_model = _cp_model()
     index = {n: i for i, n in enumerate(inst.nodes)}
@@ -240,14 +274,71 @@ def solve(
     cands.append(
         ({n: min(inst.dur[n], key=inst.dur[n].__getitem__) for n in inst.nodes}, inst.nodes)
     )
+    cands = [c for c in cands if inst.fits(c[0])]
+    if not cands:  # no warm start within memory: search from scratch
+        if time_limit <= 0:
+            raise InfeasiblePlanError("no hint fits the units' memory and no time is left")
+        return _solve_model(inst, None, time_limit, tick_us, workers, seed, cp_model, index)
     best_a, best_o = min(
         cands, key=lambda c: _makespan(cut_retime(inst, c[0], c[1], tick_us=tick_us))
     )
     if time_limit <= 0:  # no time to build a model: the warm start, unproven
         span = _makespan(cut_retime(inst, best_a, best_o))
         return Solution(best_a, list(best_o), "feasible", 0.0, span)
+    return _solve_model(
+        inst, (best_a, list(best_o)), time_limit, tick_us, workers, seed, cp_model, index
+    )
+
+
+def _serial_horizon(inst: Instance, tick_us: float) -> int:
+    """Ticks a serial schedule in ``inst.nodes`` order takes at most, whatever the units."""
+    total = 0
+    for n in inst.nodes:
+        total += max(_ticks(c, tick_us) for c in inst.dur[n].values())
+        total += max((_ticks(r, tick_us) for r in inst.release.get(n, {}).values()), default=0)
+        for p in inst.preds[n]:
+            total += max(
+                (
+                    _ticks(inst.delay(p, n, u, v), tick_us)
+                    for u in inst.dur[p]
+                    for v in inst.dur[n]
+                    if u != v
+                ),
+                default=0,
+            )
+    return total
+
+
+def _add_capacity(m: Any, inst: Instance, x: Mapping[tuple[str, str], Any]) -> None:
+    """Per unit whose memory could overflow: weights on it + peak output <= capacity."""
+    for u, cap in inst.capacity.items():
+        on = [n for n in inst.nodes if u in inst.dur[n]]
+        top = max((inst.act.get(n, 0) for n in on), default=0)
+        if sum(inst.weight.get(n, 0) for n in on) + top <= cap:
+            continue
+        peak = m.new_int_var(0, top, f"peak[{u}]")
+        for n in on:
+            if inst.act.get(n, 0) > 0:
+                ct = m.add(peak >= inst.act[n])
+                if x[n, u] is not True:
+                    ct.only_enforce_if(x[n, u])
+        m.add(sum(inst.weight.get(n, 0) * x[n, u] for n in on) + peak <= cap)
+
+
+def _solve_model(
+    inst: Instance,
+    hint: tuple[dict[str, str], list[str]] | None,
+    time_limit: float,
+    tick_us: float,
+    workers: int,
+    seed: int,
+    cp_model: Any,
+    index: Mapping[str, int],
+) -> Solution:
+    """Build and solve the CP-SAT model of ``inst``, warm-started from ``hint`` if given."""
+    best_a, best_o = hint if hint is not None else ({}, [])
     hint_ticks = cut_retime(inst, best_a, best_o, tick_us=tick_us)
-    horizon = int(_makespan(hint_ticks))
+    horizon = int(_makespan(hint_ticks)) if hint is not None else _serial_horizon(inst, tick_us)
 
     m = cp_model.CpModel()
     start = {n: m.new_int_var(0, horizon, f"s[{n}]") for n in inst.nodes}
@@ -291,14 +382,16 @@ def solve(
     for n in inst.nodes:
         if n not in has_succ:
             m.add(span >= end[n])
+    _add_capacity(m, inst, x)
     m.minimize(span)
-    for (n, u), b in x.items():
-        if b is not True:
-            m.add_hint(b, best_a[n] == u)
-    for n in inst.nodes:
-        m.add_hint(start[n], int(hint_ticks[n][0]))
-        m.add_hint(end[n], int(hint_ticks[n][1]))
-    m.add_hint(span, horizon)
+    if hint is not None:
+        for (n, u), b in x.items():
+            if b is not True:
+                m.add_hint(b, best_a[n] == u)
+        for n in inst.nodes:
+            m.add_hint(start[n], int(hint_ticks[n][0]))
+            m.add_hint(end[n], int(hint_ticks[n][1]))
+        m.add_hint(span, horizon)
 
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit
@@ -314,6 +407,13 @@ def solve(
         got = {n: (solver.value(start[n]), solver.value(end[n])) for n in inst.nodes}
         order = _order_of(got, index)
         bound = solver.objective_value if code == cp_model.OPTIMAL else solver.best_objective_bound
+    elif hint is None and code in (cp_model.UNKNOWN, cp_model.INFEASIBLE):
+        raise InfeasiblePlanError(
+            "no placement of the nodes fits the units' memory (proved by CP-SAT)"
+            if code == cp_model.INFEASIBLE
+            else f"CP-SAT found no placement within the units' memory in {time_limit:.3g} s "
+            "and no heuristic found one; give it more time or the units more memory"
+        )
     elif code == cp_model.UNKNOWN:
         assignment, order = best_a, list(best_o)
         bound = solver.best_objective_bound
@@ -325,9 +425,10 @@ def solve(
     status = "optimal" if code == cp_model.OPTIMAL else "feasible"
     bound_us = max(0.0, math.ceil(bound - 1e-6) * tick_us - slack) if math.isfinite(bound) else 0.0
     times = cut_retime(inst, assignment, order)
-    hint_times = cut_retime(inst, best_a, best_o)
-    if _makespan(hint_times) < _makespan(times):  # rounding can favour the hint by a tick or two
-        assignment, order, times = best_a, list(best_o), hint_times
+    if hint is not None:
+        hint_times = cut_retime(inst, best_a, best_o)
+        if _makespan(hint_times) < _makespan(times):  # rounding can favour the hint a tick or two
+            assignment, order, times = best_a, list(best_o), hint_times
     log.debug(
         "CP-SAT %s in %.2fs: %d nodes, makespan %.3f us, bound %.3f us",
         solver.status_name(code),
@@ -470,7 +571,8 @@ class Exact(Scheduler):
             hints = heuristic_schedules(problem, budget * 0.1).values()
         pairs = [(s.assignment, schedule_order(problem, s)) for s in hints]
         left = max(0.0, deadline - time.monotonic())
-        if len(problem.nodes) > self.max_nodes:
+        # capacity couples the regions, so a memory-limited problem is solved whole
+        if len(problem.nodes) > self.max_nodes and not problem.memory_limited:
             from partuner.plan.decompose import solve_decomposed
 
             sol = solve_decomposed(

@@ -7,9 +7,11 @@ import math
 from bisect import insort
 
 from partuner.plan.common import earliest_insertion, lower_bound, upward_rank
+from partuner.plan.memory import Ledger
 from partuner.plan.problem import Problem
 from partuner.plan.registry import Scheduler, register
 from partuner.plan.schedule import Schedule, Slot
+from partuner.plan.static import memory_fallback
 
 __all__ = ["HEFT"]
 
@@ -26,7 +28,9 @@ class HEFT(Scheduler):
     predecessors are placed. Each goes to the unit where it finishes first (ties: the unit listed
     first), starting in the earliest idle gap of that unit that is long enough and begins after
     its inputs arrive; data moved between units costs the link's transfer time. Units that share
-    hardware (``Problem.resources``) are kept from overlapping.
+    hardware (``Problem.resources``) are kept from overlapping. With memory capacities, units
+    without room left for the node are skipped; if none has room, the placement so far is
+    repaired to fit and list-scheduled (:func:`~partuner.plan.static.memory_fallback`).
     """
 
     name = "heft"
@@ -43,12 +47,13 @@ class HEFT(Scheduler):
             r: [] for u in problem.units for r in problem.resources_of(u)
         }
         slots: dict[str, Slot] = {}
+        ledger = Ledger(problem) if problem.memory_limited else None
         while ready:
             n = heapq.heappop(ready)[2]
             best: Slot | None = None
             for u in problem.units:
                 cost = problem.cost[n][u]
-                if math.isinf(cost):
+                if math.isinf(cost) or (ledger is not None and not ledger.fits(n, u)):
                     continue
                 arrive = max(
                     (
@@ -60,7 +65,10 @@ class HEFT(Scheduler):
                 start = earliest_insertion(_merged(busy, problem.resources_of(u)), arrive, cost)
                 if best is None or start + cost < best.end:
                     best = Slot(n, u, start, start + cost)
-            assert best is not None  # validate() ensured some unit can run n
+            if best is None:  # validate() ensured some unit can run n: memory ran out
+                return memory_fallback(problem, {m: sl.unit for m, sl in slots.items()}, self.name)
+            if ledger is not None:
+                ledger.take(n, best.unit)
             slots[n] = best
             for r in problem.resources_of(best.unit):
                 insort(busy[r], (best.start, best.end))

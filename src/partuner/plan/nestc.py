@@ -12,6 +12,7 @@ from itertools import groupby, pairwise
 from typing import ClassVar
 
 from partuner.plan.dag_branches import Branch, nest_branches, nest_siblings
+from partuner.plan.memory import no_fit_error, overflow, pack
 from partuner.plan.problem import Problem
 from partuner.plan.registry import Scheduler, register
 from partuner.plan.schedule import Schedule
@@ -222,12 +223,22 @@ def _instances(
 
 def _run(problem: Problem, stages: list[Stage], name: str) -> Schedule:
     """List-schedule the nodes in NEST-C's order: stage by stage, partition by partition, each
-    node at its earliest start after the nodes placed before it on its unit's hardware."""
+    node at its earliest start after the nodes placed before it on its unit's hardware.
+
+    NEST-C's choice ignores memory: when it overfills a unit, the nodes are moved by
+    :func:`~partuner.plan.memory.pack` (each kept on NEST-C's unit where it fits), in the same
+    order."""
+    unit_of = {n: u for stage in stages for u, nodes in stage.partitions for n in nodes}
+    if overflow(problem, unit_of) is not None:
+        fitted = pack(problem, unit_of)
+        if fitted is None:
+            raise no_fit_error(problem)
+        unit_of = fitted
     timeline = Timeline(problem, insertion=False)
     for stage in stages:
-        for unit, nodes in stage.partitions:
+        for _, nodes in stage.partitions:
             for n in nodes:
-                timeline.place(n, unit)
+                timeline.place(n, unit_of[n])
     return timeline.schedule(name)
 
 
@@ -249,7 +260,9 @@ class NestC(Scheduler):
     decides shows as the accelerator instance each parallel branch gets. Partitions on
     different units overlap whenever their inputs allow, as partuner's runtime runs them;
     NEST-C's own runtime would also hold a partition outside a parallel group until the one
-    before it ends, an idle time a schedule does not model.
+    before it ends, an idle time a schedule does not model. NEST-C knows no memory capacity:
+    a choice that overfills a unit is repaired by moving nodes to units with room
+    (:func:`~partuner.plan.memory.pack`, each node kept on NEST-C's unit where it fits).
     """
 
     name = "nestc"

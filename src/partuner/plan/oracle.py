@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from partuner.plan.common import lower_bound, min_cost
+from partuner.plan.memory import Ledger, no_fit_error
 from partuner.plan.problem import Problem
 from partuner.plan.schedule import Schedule, Slot
 
@@ -31,7 +32,9 @@ def brute_force(problem: Problem, *, max_nodes: int = MAX_NODES) -> Schedule:
     the one placed just before it (by that same key) are skipped, since repeating the
     re-ordering from an optimal schedule reaches one whose own order has non-decreasing keys;
     and a branch is cut once a lower bound of its makespan (the latest start so far plus, for
-    every node left, the cheapest path from it to an exit) cannot beat the best found.
+    every node left, the cheapest path from it to an exit) cannot beat the best found. With
+    memory capacities, a node is never placed on a unit without room left for it
+    (:meth:`Problem.memory_use`): which nodes share a unit, not when they run, decides that.
 
     Parameters
     ----------
@@ -51,7 +54,8 @@ def brute_force(problem: Problem, *, max_nodes: int = MAX_NODES) -> Schedule:
     ValueError
         More than ``max_nodes`` nodes.
     InfeasiblePlanError
-        A node no unit can run (from :meth:`Problem.validate`).
+        A node no unit can run (from :meth:`Problem.validate`), or no placement fits the
+        units' memory.
 
     Examples
     --------
@@ -67,7 +71,10 @@ def brute_force(problem: Problem, *, max_nodes: int = MAX_NODES) -> Schedule:
             f"brute_force handles at most {max_nodes} nodes, {problem.name!r} has "
             f"{len(problem.nodes)}; use the 'exact' scheduler"
         )
-    return _Search(problem).run()
+    schedule = _Search(problem).run()
+    if len(schedule.slots) < len(problem.nodes):
+        raise no_fit_error(problem)
+    return schedule
 
 
 class _Search:
@@ -84,6 +91,7 @@ class _Search:
         self.waiting = {n: len(problem.preds(n)) for n in problem.nodes}
         self.best_time = math.inf
         self.best: dict[str, Slot] = {}
+        self.ledger = Ledger(problem) if problem.memory_limited else None
 
     def run(self) -> Schedule:
         self._search((-math.inf, -math.inf, -1), 0.0)
@@ -116,12 +124,18 @@ class _Search:
                 end = start + p.cost[n][u]
                 if _before((start, end, i), last):
                     continue
+                if self.ledger is not None and not self.ledger.fits(n, u):
+                    continue
                 moves.append((end, start, i, n, u))
         moves.sort()
+        ledger = self.ledger
         for end, start, i, n, u in moves:
             saved = {r: self.free[r] for r in self.res[u]}
             for r in self.res[u]:
                 self.free[r] = end
+            if ledger is not None:
+                held = ledger.weights[u], ledger.peak[u]
+                ledger.take(n, u)
             self.slots[n] = Slot(n, u, start, end)
             for s in p.succs(n):
                 self.waiting[s] -= 1
@@ -129,6 +143,8 @@ class _Search:
             for s in p.succs(n):
                 self.waiting[s] += 1
             del self.slots[n]
+            if ledger is not None:
+                ledger.weights[u], ledger.peak[u] = held
             self.free.update(saved)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from partuner.errors import InfeasiblePlanError
 from partuner.plan.common import lower_bound
+from partuner.plan.memory import overflow
 from partuner.plan.problem import Problem
 from partuner.plan.schedule import Schedule, Slot
 from partuner.plan.simulate import Timing, simulate
@@ -241,7 +242,8 @@ def plan_from_assignment(
     Raises
     ------
     InfeasiblePlanError
-        A node unassigned or unknown, an unknown unit, or a node its unit cannot run.
+        A node unassigned or unknown, an unknown unit, a node its unit cannot run, or a unit
+        given more than its memory holds (:meth:`Problem.memory_use`).
     """
     problem.validate()
     for n in assignment:
@@ -270,4 +272,10 @@ def plan_from_assignment(
         slots[n] = Slot(n, unit, start, start + cost)
         for r in problem.resources_of(unit):
             free[r] = start + cost
+    full = overflow(problem, assignment)
+    if full is not None:
+        raise InfeasiblePlanError(
+            f"the plan does not fit {problem.name!r} in memory: {full}; move nodes off it or "
+            "give it more memory (memory_mb)"
+        )
     return plan_from_schedule(problem, Schedule(slots, scheduler, status, lower_bound(problem)))

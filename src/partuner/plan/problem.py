@@ -28,7 +28,10 @@ be infinite; ``"-inf"`` and NaN are never written and are rejected on reading)::
       "groups": [{"nodes": ["conv0", "relu0"], "cost": {"cpu0": 10.5}}],
                                            # optional fused chains and their cost when run
                                            # together, consecutively, on one unit
-      "default_unit": "cpu0"               # optional, NEST-C's default unit (else units[0])
+      "default_unit": "cpu0",              # optional, NEST-C's default unit (else units[0])
+      "weight_bytes": {"conv0": 36864},    # optional, bytes of weights per node (default 0)
+      "memory_bytes": {"npu0": 8e6}        # optional, bytes each unit holds for weights and
+                                           # activations (default and "inf": unlimited)
     }
 
 Examples
@@ -52,6 +55,7 @@ from functools import cached_property
 from typing import Any
 
 from partuner.errors import InfeasiblePlanError, PartunerError, ProfileError
+from partuner.plan.memory import MemoryModel
 
 __all__ = ["Edge", "FusedGroup", "Link", "Problem", "FORMAT", "VERSION"]
 
@@ -117,13 +121,15 @@ def _zero_link() -> Link:
 
 
 @dataclass
-class Problem:
+class Problem(MemoryModel):
     """A DAG of nodes to place on units, with per-unit costs (µs) and inter-unit links.
 
     Treat a problem as immutable once built: adjacency and payloads are cached on first use.
     ``cost[node][unit]`` is ``math.inf`` where the unit cannot run the node. ``links`` maps an
     unordered pair of units to its :class:`Link` (either order may be given); pairs not listed
-    use ``default_link``.
+    use ``default_link``. ``weight_bytes[node]`` (default 0) is what a node keeps resident on
+    its unit; ``memory_bytes[unit]`` (default: unlimited) what the unit holds; the memory
+    queries (:meth:`memory_use`, ...) come from :class:`~partuner.plan.memory.MemoryModel`.
     """
 
     nodes: list[str]
@@ -139,6 +145,8 @@ class Problem:
     groups: list[FusedGroup] = field(default_factory=list)
     default_unit: str | None = None
     boundary_us_per_byte: dict[str, float] = field(default_factory=dict)
+    weight_bytes: dict[str, int] = field(default_factory=dict)
+    memory_bytes: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.modeled = frozenset(self.modeled)
@@ -306,12 +314,13 @@ class Problem:
         Raises
         ------
         InfeasiblePlanError
-            Duplicate or unknown names, a cycle, nodes out of topological order, or a node no
-            unit can run.
+            Duplicate or unknown names, a cycle, nodes out of topological order, a node no
+            unit can run, a node whose memory (:meth:`memory_use`) no unit that can run it
+            holds, or weights that add up to more than the units hold together.
         ProfileError
             A missing, negative or NaN cost.
         PartunerError
-            A bad link, call overhead, or ``modeled`` entry.
+            A bad link, call overhead, ``modeled``, weight or memory entry.
         """
         _check_unique("node", self.nodes)
         _check_unique("unit", self.units)
@@ -339,6 +348,7 @@ class Problem:
             if not self.runnable_units(n):
                 raise InfeasiblePlanError(f"node {n!r} cannot run on any unit; tried {self.units}")
         self._check_units(units)
+        self._check_memory()
 
     def _check_acyclic(self) -> None:
         indegree = {n: len(self.preds(n)) for n in self.nodes}
@@ -444,6 +454,8 @@ class Problem:
             ],
             "default_unit": self.default_unit,
             "boundary_us_per_byte": dict(self.boundary_us_per_byte),
+            "weight_bytes": dict(self.weight_bytes),
+            "memory_bytes": {u: _num(b) for u, b in self.memory_bytes.items()},
         }
 
     def to_json(self, indent: int | None = 1) -> str:
@@ -501,6 +513,8 @@ class Problem:
                 boundary_us_per_byte={
                     str(u): _float(t) for u, t in data.get("boundary_us_per_byte", {}).items()
                 },
+                weight_bytes={str(n): _int(w) for n, w in data.get("weight_bytes", {}).items()},
+                memory_bytes={str(u): _float(b) for u, b in data.get("memory_bytes", {}).items()},
             )
         except PartunerError:
             raise
@@ -539,6 +553,12 @@ def _num(x: float) -> float | str:
     if math.isnan(x) or x == -math.inf:
         raise PartunerError(f"cannot write {x!r} to a problem file")
     return "inf" if x == math.inf else x
+
+
+def _int(x: Any) -> int:
+    if isinstance(x, bool) or not isinstance(x, int | float) or not float(x).is_integer():
+        raise ValueError(f"expected a whole number of bytes, got {x!r}")
+    return int(x)
 
 
 def _float(x: Any) -> float:

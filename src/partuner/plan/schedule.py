@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from partuner.errors import InvalidScheduleError
+from partuner.plan.memory import overflow
 from partuner.plan.problem import Problem
 
 __all__ = ["Slot", "Schedule"]
@@ -68,7 +69,9 @@ class Schedule:
             A node missing, unknown or scheduled twice; a unit not in the problem or unable to
             run the node; a duration that differs from the cost; a node starting before its
             inputs arrive (producer end + transfer); two nodes overlapping on one unit or on
-            two units that share hardware (``Problem.resources``).
+            two units that share hardware (``Problem.resources``); a unit holding more than
+            its memory (``Problem.memory_bytes``: the weights of its nodes plus their largest
+            output, :meth:`Problem.memory_use`).
         """
         self._check_nodes(problem)
         units = set(problem.units)
@@ -87,6 +90,9 @@ class Schedule:
                     f"node {n!r} runs {s.duration:.6g} µs on unit {s.unit!r} "
                     f"({s.start:.6g} to {s.end:.6g}) but costs {cost:.6g} µs there"
                 )
+        full = overflow(problem, self.assignment)
+        if full is not None:
+            raise InvalidScheduleError(f"{full}; the schedule puts too much on it")
         for n, s in self.slots.items():
             for p in problem.preds(n):
                 ps = self.slots[p]

@@ -6,6 +6,7 @@ import math
 
 from partuner.errors import InfeasiblePlanError
 from partuner.plan.common import lower_bound
+from partuner.plan.memory import format_bytes
 from partuner.plan.problem import Problem
 from partuner.plan.registry import Scheduler, register
 from partuner.plan.schedule import Schedule, Slot
@@ -20,7 +21,8 @@ class SingleUnit(Scheduler):
     node costs - fused-group savings), back to back in topological order.
 
     The baseline every other scheduler is compared against (no transfers, one partition). Units
-    that cannot run some node are skipped; ties go to the unit listed first.
+    that cannot run some node, or cannot hold the whole model in memory
+    (:meth:`Problem.memory_use`), are skipped; ties go to the unit listed first.
     """
 
     name = "single"
@@ -35,7 +37,16 @@ class SingleUnit(Scheduler):
                 f"no single unit can run every node of {problem.name!r} "
                 f"(tried {problem.units}); use a scheduler that splits, such as 'heft'"
             )
-        unit = min(able, key=lambda u: totals[u])
+        need = problem.memory_use(problem.nodes)
+        roomy = [u for u in able if need <= problem.capacity(u)]
+        if not roomy:
+            held = ", ".join(f"{u} {format_bytes(problem.capacity(u))}" for u in able)
+            raise InfeasiblePlanError(
+                f"no single unit that can run every node of {problem.name!r} holds it in "
+                f"memory: it needs {format_bytes(need)}, they hold {held}; use a scheduler "
+                "that splits, such as 'heft'"
+            )
+        unit = min(roomy, key=lambda u: totals[u])
         slots: dict[str, Slot] = {}
         t = 0.0
         for n in problem.nodes:

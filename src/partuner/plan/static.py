@@ -1,21 +1,25 @@
-"""Static placement by unit priority, and the list-scheduling helper the baselines share.
+"""Static placement by unit priority, and the list-scheduling helpers the baselines share.
 
 :class:`Timeline` places nodes one at a time at their earliest start given a unit for each;
-:class:`StaticPriority` is the ``static`` scheduler built on it.
+:func:`memory_fallback` list-schedules a placement that fits the units' memory when a
+scheduler's own method ran out of it; :class:`StaticPriority` is the ``static`` scheduler.
 """
 
 from __future__ import annotations
 
-import math
+import logging
 from bisect import insort
 from collections.abc import Iterable, Mapping
 
 from partuner.plan.common import earliest_insertion, lower_bound
+from partuner.plan.memory import Ledger, no_fit_error, pack
 from partuner.plan.problem import Problem
 from partuner.plan.registry import Scheduler, register
 from partuner.plan.schedule import Schedule, Slot
 
-__all__ = ["StaticPriority", "Timeline", "list_schedule"]
+__all__ = ["StaticPriority", "Timeline", "list_schedule", "memory_fallback"]
+
+log = logging.getLogger(__name__)
 
 
 class Timeline:
@@ -34,7 +38,7 @@ class Timeline:
     --------
     >>> from partuner.plan.problem import Edge, Link, Problem
     >>> p = Problem(["a", "b"], ["u", "v"], {"a": {"u": 2, "v": 9}, "b": {"u": 5, "v": 1}},
-    ...             [Edge("a", "b", 0)], default_link=Link(3.0, math.inf))
+    ...             [Edge("a", "b", 0)], default_link=Link(3.0, float("inf")))
     >>> t = Timeline(p)
     >>> t.place("a", "u"), t.place("b", "v")
     (Slot(node='a', unit='u', start=0.0, end=2.0), Slot(node='b', unit='v', start=5.0, end=6.0))
@@ -126,6 +130,23 @@ def list_schedule(
     return timeline
 
 
+def memory_fallback(problem: Problem, prefer: Mapping[str, str], name: str) -> Schedule:
+    """The schedule of :func:`~partuner.plan.memory.pack`'s placement (``prefer``'s units kept
+    where they fit), list-scheduled in topological order: what a scheduler returns when its own
+    method leaves a node no unit with room.
+
+    Raises
+    ------
+    InfeasiblePlanError
+        ``pack`` found no placement within the units' memory.
+    """
+    assignment = pack(problem, prefer)
+    if assignment is None:
+        raise no_fit_error(problem)
+    log.info("%s: ran out of memory on the units; repaired the placement to fit", name)
+    return list_schedule(problem, assignment).schedule(name)
+
+
 @register
 class StaticPriority(Scheduler):
     """Static placement: each node on the first unit, in priority order, that can run it.
@@ -137,17 +158,25 @@ class StaticPriority(Scheduler):
     documentation, "Heterogeneous execution"); NEST-C's backend-based partitioning puts each
     operation on the backend that supports it, the CPU taking the rest. No cost is compared.
 
-    Here the priority order is ``Problem.units``. Nodes are then list-scheduled in topological
-    order, each at its earliest start on its unit (inputs arrived, including transfers; the
-    earliest idle gap on the unit and on every unit it shares hardware with).
+    Here the priority order is ``Problem.units``. With memory capacities, a unit is skipped
+    once the nodes claimed before (in topological order) leave no room for the node; if no
+    unit has room, :func:`memory_fallback` repairs the placement. Nodes are then
+    list-scheduled in topological order, each at its earliest start on its unit (inputs
+    arrived, including transfers; the earliest idle gap on the unit and on every unit it
+    shares hardware with).
     """
 
     name = "static"
 
     def schedule(self, problem: Problem, *, time_limit: float | None = None) -> Schedule:
         problem.validate()
-        assignment = {
-            n: next(u for u in problem.units if math.isfinite(problem.cost[n][u]))
-            for n in problem.nodes
-        }
+        ledger = Ledger(problem) if problem.memory_limited else None
+        assignment: dict[str, str] = {}
+        for n in problem.nodes:
+            able = [u for u in problem.runnable_units(n) if ledger is None or ledger.fits(n, u)]
+            if not able:
+                return memory_fallback(problem, assignment, self.name)
+            assignment[n] = able[0]
+            if ledger is not None:
+                ledger.take(n, able[0])
         return list_schedule(problem, assignment).schedule(self.name)

@@ -48,6 +48,7 @@ ENTRY_POINT_GROUP = "partuner.units"
 COMMON_OPTIONS: dict[str, str] = {
     "cores": "list of CPU core ids the unit occupies (declared, e.g. [0])",
     "ops": "list of ONNX op types the unit runs (default: all)",
+    "memory_mb": "memory for weights and activations in MB, number > 0 (default: unlimited)",
 }
 
 REQUIRED = object()
@@ -103,6 +104,7 @@ class Unit(abc.ABC):
         opts = dict(options)
         self.cores: tuple[int, ...] | None = _parse_cores(opts.pop("cores", None))
         self.ops: frozenset[str] | None = _parse_ops(opts.pop("ops", None))
+        self.memory_mb: float | None = _parse_memory(opts.pop("memory_mb", None))
         self.precision: str = "f32"
         self.options: dict[str, Any] = self._configure(opts)
 
@@ -164,8 +166,8 @@ class Unit(abc.ABC):
 
     def fingerprint(self) -> str:
         """Identify what this unit's measurements depend on: backend, its version, the options
-        that change speed, precision and host CPU model. Not the name or cores, so identical
-        units share measurements. Form: ``<backend>-<version>-<tag>-<12 hex digits>``."""
+        that change speed, precision and host CPU model. Not the name, cores, ops or memory, so
+        identical units share measurements. Form: ``<backend>-<version>-<tag>-<12 hex digits>``."""
         fields: dict[str, Any] = {
             "backend": self.backend,
             "version": self.backend_version(),
@@ -189,6 +191,8 @@ class Unit(abc.ABC):
             out["cores"] = list(self.cores)
         if self.ops is not None:
             out["ops"] = sorted(self.ops)
+        if self.memory_mb is not None:
+            out["memory_mb"] = self.memory_mb
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -202,6 +206,7 @@ class Unit(abc.ABC):
             "modeled": self.modeled,
             "cores": list(self.cores) if self.cores is not None else None,
             "ops": sorted(self.ops) if self.ops is not None else None,
+            "memory_mb": self.memory_mb,
             "options": {k: _jsonable(v) for k, v in self.options.items()},
             "available": ok,
             "reason": reason,
@@ -326,6 +331,19 @@ def _parse_ops(value: object) -> frozenset[str] | None:
         if not isinstance(op, str) or not op:
             raise UnitError(f"option 'ops' must list op type names like Conv, got {op!r}")
     return frozenset(value)
+
+
+def _parse_memory(value: object) -> float | None:
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise UnitError(f"option 'memory_mb' must be a number of megabytes > 0, got {value!r}")
+    return float(value)
 
 
 def _jsonable(value: object) -> object:

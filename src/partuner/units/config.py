@@ -15,7 +15,8 @@ The units file
 
 * A unit name is letters, digits, ``_``, ``.`` and ``-`` (not starting with ``.`` or ``-``).
   Every unit takes ``backend`` plus that backend's options (``partuner units`` lists them) and
-  the common options ``cores`` (declared core ids) and ``ops`` (op types it runs).
+  the common options ``cores`` (declared core ids), ``ops`` (op types it runs) and
+  ``memory_mb`` (megabytes it holds for weights and activations; default unlimited).
 * A link key is ``A-B`` with ``A`` and ``B`` unit names. Because names may hold ``-``, the key is
   split at the one ``-`` that leaves a known unit name on both sides; a key that splits two ways
   (units ``a``, ``a-b``, ``b-c``, ``c`` and key ``a-b-c``) is rejected: rename a unit.
