@@ -200,3 +200,54 @@ def test_plan_with_fused_groups(branchy_file, units_file, db):
         _invoke("plan", branchy_file, "--units", units_file, "--db", db, "--fuse", "Conv--Relu"),
         "Conv--Relu",
     )
+
+
+def test_tune_keeps_the_single_unit_when_it_measures_faster(
+    tmp_path, branchy_file, units_file, db, monkeypatch
+):
+    """When the planned partitions run slower than the whole model on one unit, tune says so
+    and writes the single-unit plan (the measurement overrules the prediction)."""
+    import partuner.pipeline as pipeline
+    from partuner.plan import Partition, Plan
+
+    real_make_plan = pipeline.make_plan
+
+    def split_plan(problem, scheduler="auto", *, time_limit=None):
+        best, plans = real_make_plan(problem, "single")
+        nodes = best.partitions[0].nodes
+        half = len(nodes) // 2
+        parts = [Partition("p0", "cpu0", nodes[:half]), Partition("p1", "cpu1", nodes[half:])]
+        two = Plan(parts, ["cpu0", "cpu1"], "forced", "heuristic", best.predicted_us / 2)
+        return two, {**plans, "forced": two}
+
+    real_measure = pipeline.measure_session
+
+    def measure(session, feeds, repeat, warmup=3):
+        stats, out = real_measure(session, feeds, repeat, warmup)
+        if len(session.partitions) > 1:  # make the split plan look slow
+            stats = pipeline.RunStats(
+                stats.median_ms * 10, stats.p10_ms, stats.p90_ms * 10, stats.runs
+            )
+        return stats, out
+
+    monkeypatch.setattr(pipeline, "make_plan", split_plan)
+    monkeypatch.setattr(pipeline, "measure_session", measure)
+    out = tmp_path / "out"
+    r = _invoke(
+        "tune",
+        branchy_file,
+        "--units",
+        units_file,
+        "--db",
+        db,
+        "-o",
+        out,
+        "--repeat",
+        "3",
+        "--json",
+    )
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["partitions"] == 1 and "slower than the whole model" in res["note"]
+    assert res["check"]["passed"]
+    assert len(list((out / "partitions").glob("*.onnx"))) == 1

@@ -146,6 +146,7 @@ def tune_cmd(
             "units": unit_summary(prof),
         },
         "check": r.check.to_dict(),
+        "note": r.note or None,
         "outdir": str(r.outdir),
         "files": r.files,
     }
@@ -169,6 +170,8 @@ def tune_cmd(
                 _fmt(row["p90_ms"]),
             )
         console.print(t)
+        if r.note:
+            console.print(f"[yellow]{r.note}[/yellow]")
         if plan.modeled:
             console.print(
                 "[yellow]the plan uses modeled units: its latency is predicted "
