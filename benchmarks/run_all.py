@@ -256,6 +256,24 @@ def write_results_md(runs: list[dict], quick: bool) -> Path:
     return path
 
 
+def update_readme(runs: list[dict]) -> None:
+    """Copy the worked example and the tune table into README.md, between its markers."""
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    by_name = {r["name"]: r for r in runs if r["ok"]}
+    blocks = {"example": by_name.get("example", {}).get("table"),
+              "results": by_name.get("tune", {}).get("table")}
+    for key, lines in blocks.items():
+        begin = f"<!-- {key}:begin (written by benchmarks/run_all.py) -->\n"
+        end = f"\n<!-- {key}:end -->"
+        if not lines or begin not in text or end not in text:
+            continue
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        text = head + begin + "\n".join(lines) + end + tail
+    readme.write_text(text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
@@ -281,6 +299,8 @@ def main() -> None:
     if chart:
         (FIGURES / "latency.svg").write_text(chart)
     path = write_results_md(runs, args.quick)
+    if not args.quick:
+        update_readme(runs)
     print(f"wrote {path} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     if not all(r["ok"] for r in runs):
         sys.exit(1)
