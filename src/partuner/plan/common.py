@@ -18,6 +18,8 @@ __all__ = [
     "total_work_bound",
     "lower_bound",
     "min_cost",
+    "mean_cost",
+    "mean_comm",
 ]
 
 
@@ -32,12 +34,14 @@ def min_cost(problem: Problem, node: str) -> float:
     return max(0.0, best - saving)
 
 
-def _mean_cost(problem: Problem, node: str) -> float:
+def mean_cost(problem: Problem, node: str) -> float:
+    """The mean cost of ``node`` over the units that can run it (HEFT's and CPOP's weight)."""
     finite = [c for c in (problem.cost[node][u] for u in problem.units) if math.isfinite(c)]
     return sum(finite) / len(finite)
 
 
-def _mean_comm(problem: Problem, src: str, dst: str) -> float:
+def mean_comm(problem: Problem, src: str, dst: str) -> float:
+    """The mean transfer ``src -> dst`` over pairs of distinct units that can run the ends."""
     nbytes = problem.pair_nbytes(src, dst)
     times = [
         problem.transfer_us(u, v, nbytes)
@@ -75,8 +79,8 @@ def upward_rank(problem: Problem) -> dict[str, float]:
     """
     rank: dict[str, float] = {}
     for n in reversed(problem.nodes):
-        tail = max((_mean_comm(problem, n, s) + rank[s] for s in problem.succs(n)), default=0.0)
-        rank[n] = _mean_cost(problem, n) + tail
+        tail = max((mean_comm(problem, n, s) + rank[s] for s in problem.succs(n)), default=0.0)
+        rank[n] = mean_cost(problem, n) + tail
     return rank
 
 

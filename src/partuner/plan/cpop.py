@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 
-from partuner.plan.common import upward_rank
+from partuner.plan.common import mean_comm, mean_cost, upward_rank
 from partuner.plan.memory import Ledger
 from partuner.plan.problem import Problem
 from partuner.plan.registry import Scheduler, register
@@ -13,22 +13,6 @@ from partuner.plan.schedule import Schedule, Slot
 from partuner.plan.static import Timeline, memory_fallback
 
 __all__ = ["CPOP", "downward_rank", "critical_path"]
-
-
-def _mean_cost(problem: Problem, node: str) -> float:
-    finite = [c for c in (problem.cost[node][u] for u in problem.units) if math.isfinite(c)]
-    return sum(finite) / len(finite)
-
-
-def _mean_comm(problem: Problem, src: str, dst: str) -> float:
-    nbytes = problem.pair_nbytes(src, dst)
-    times = [
-        problem.transfer_us(u, v, nbytes)
-        for u in problem.runnable_units(src)
-        for v in problem.runnable_units(dst)
-        if u != v
-    ]
-    return sum(times) / len(times) if times else 0.0
 
 
 def downward_rank(problem: Problem) -> dict[str, float]:
@@ -48,10 +32,7 @@ def downward_rank(problem: Problem) -> dict[str, float]:
     rank: dict[str, float] = {}
     for n in problem.nodes:
         rank[n] = max(
-            (
-                rank[q] + _mean_cost(problem, q) + _mean_comm(problem, q, n)
-                for q in problem.preds(n)
-            ),
+            (rank[q] + mean_cost(problem, q) + mean_comm(problem, q, n) for q in problem.preds(n)),
             default=0.0,
         )
     return rank
