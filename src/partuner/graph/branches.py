@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from partuner.dag import ROOT, fork_join_groups
 from partuner.graph.model import ModelGraph
 
 __all__ = ["BranchGroup", "parallel_branch_groups"]
-
-_ROOT = -1  # index of the virtual node standing for the graph inputs
 
 
 @dataclass(frozen=True)
@@ -81,85 +80,19 @@ def parallel_branch_groups(graph: ModelGraph) -> list[BranchGroup]:
                 if p in const:
                     continue
             elif info.is_graph_input:
-                p = _ROOT
+                p = ROOT
             else:
                 continue  # an initializer
             if p not in preds[i]:
                 preds[i].append(p)
-                if p != _ROOT:
+                if p != ROOT:
                     succs[p].append(i)
 
-    idom = _immediate_dominators(preds, const)
-    groups: list[tuple[int, int, BranchGroup]] = []
-    for j in range(len(nodes)):
-        if len(preds[j]) < 2:
-            continue
-        fork = idom[j]
-        region = _region(j, fork, preds)
-        branches = []
-        for piece in _pieces(region, preds, succs):
-            if all(s in piece or s == j for i in piece for s in succs[i]):
-                branches.append(tuple(nodes[i].name for i in sorted(piece)))
-        if len(branches) >= 2:
-            branches.sort(key=lambda br: index[br[0]])
-            name = nodes[fork].name if fork != _ROOT else None
-            groups.append((fork, j, BranchGroup(name, nodes[j].name, tuple(branches))))
-    groups.sort(key=lambda t: (t[0], t[1]))
-    return [g for _, _, g in groups]
-
-
-def _immediate_dominators(preds: list[list[int]], skip: set[int]) -> list[int]:
-    """Immediate dominator of each node of a DAG in topological order (Cooper et al., 2001).
-
-    The virtual root ``_ROOT`` dominates everything; nodes in ``skip`` get ``_ROOT``.
-    """
-    idom = [_ROOT] * len(preds)
-
-    def intersect(a: int, b: int) -> int:
-        while a != b:
-            while a > b:
-                a = idom[a]
-            while b > a:
-                b = idom[b]
-        return a
-
-    for i, ps in enumerate(preds):
-        if i in skip or not ps:
-            continue
-        d = ps[0]
-        for p in ps[1:]:
-            d = intersect(d, p)
-        idom[i] = d
-    return idom
-
-
-def _region(join: int, fork: int, preds: list[list[int]]) -> set[int]:
-    """Nodes on paths from ``fork`` to ``join``, both excluded (``fork`` dominates ``join``)."""
-    seen: set[int] = set()
-    stack = [p for p in preds[join] if p != fork]
-    while stack:
-        i = stack.pop()
-        if i in seen or i == _ROOT:
-            continue
-        seen.add(i)
-        stack.extend(p for p in preds[i] if p != fork)
-    return seen
-
-
-def _pieces(region: set[int], preds: list[list[int]], succs: list[list[int]]) -> list[set[int]]:
-    """Connected components of ``region``, edges taken in either direction."""
-    left = set(region)
-    out = []
-    while left:
-        start = left.pop()
-        piece = {start}
-        stack = [start]
-        while stack:
-            i = stack.pop()
-            for k in (*preds[i], *succs[i]):
-                if k in left:
-                    left.remove(k)
-                    piece.add(k)
-                    stack.append(k)
-        out.append(piece)
-    return out
+    return [
+        BranchGroup(
+            nodes[fork].name if fork != ROOT else None,
+            nodes[join].name,
+            tuple(tuple(nodes[i].name for i in br) for br in branches),
+        )
+        for fork, join, branches in fork_join_groups(preds, succs, const)
+    ]

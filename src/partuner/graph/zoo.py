@@ -20,7 +20,7 @@ googlenet        googlenet: stem convs, 4 ceil-mode maxpools, 9 inception    (1,
 resnet18         resnet18: 8 BasicBlocks with Add shortcuts, 1x1 downsample  (1, 1000)  1
                  conv on the 3 stride-2 blocks, fc
 branchy          small synthetic model: 32 nodes, 4 parallel branch groups   (1, 10)    3
-                 of 2-3 branches of different lengths; < 1 ms at S=32
+                 of 2-3 branches of different lengths
 resnet50         resnet50: 16 Bottlenecks (1x1-3x3-1x1, Add), a 1x1          (1, 1000)  1
                  downsample conv on the first block of each stage, fc
 mobilenet_v2     mobilenet_v2: 17 inverted residuals (1x1, 3x3 depthwise,    (1, 1000)  1

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from partuner.dag import ROOT as _ROOT
+from partuner.dag import fork_join_groups
 from partuner.plan.problem import Problem
 
 __all__ = [
@@ -21,8 +23,6 @@ __all__ = [
     "nest_siblings",
     "parallel_groups",
 ]
-
-_ROOT = -1  # index of the virtual node standing for the graph inputs
 
 
 @dataclass(frozen=True)
@@ -199,73 +199,11 @@ def parallel_groups(problem: Problem) -> list[ParallelGroup]:
     nodes = problem.nodes
     preds = [[problem.index(p) for p in problem.preds(n)] or [_ROOT] for n in nodes]
     succs = [[problem.index(s) for s in problem.succs(n)] for n in nodes]
-    idom = _immediate_dominators(preds)
-    groups: list[tuple[int, int, ParallelGroup]] = []
-    for j in range(len(nodes)):
-        if len(preds[j]) < 2:
-            continue
-        fork = idom[j]
-        branches = [
-            tuple(nodes[i] for i in sorted(piece))
-            for piece in _pieces(_region(j, fork, preds), preds, succs)
-            if all(s in piece or s == j for i in piece for s in succs[i])
-        ]
-        if len(branches) >= 2:
-            branches.sort(key=lambda br: problem.index(br[0]))
-            name = nodes[fork] if fork != _ROOT else None
-            groups.append((fork, j, ParallelGroup(name, nodes[j], tuple(branches))))
-    groups.sort(key=lambda t: (t[0], t[1]))
-    return [g for _, _, g in groups]
-
-
-def _immediate_dominators(preds: list[list[int]]) -> list[int]:
-    """Immediate dominator of each node of a DAG in topological order (Cooper et al., 2001);
-    ``_ROOT`` dominates everything."""
-    idom = [_ROOT] * len(preds)
-
-    def intersect(a: int, b: int) -> int:
-        while a != b:
-            while a > b:
-                a = idom[a]
-            while b > a:
-                b = idom[b]
-        return a
-
-    for i, ps in enumerate(preds):
-        d = ps[0]
-        for p in ps[1:]:
-            d = intersect(d, p)
-        idom[i] = d
-    return idom
-
-
-def _region(join: int, fork: int, preds: list[list[int]]) -> set[int]:
-    """Nodes on paths from ``fork`` to ``join``, both excluded (``fork`` dominates ``join``)."""
-    seen: set[int] = set()
-    stack = [p for p in preds[join] if p != fork]
-    while stack:
-        i = stack.pop()
-        if i in seen or i == _ROOT:
-            continue
-        seen.add(i)
-        stack.extend(p for p in preds[i] if p != fork)
-    return seen
-
-
-def _pieces(region: set[int], preds: list[list[int]], succs: list[list[int]]) -> list[set[int]]:
-    """Connected components of ``region``, edges taken in either direction."""
-    pieces: list[set[int]] = []
-    left = set(region)
-    while left:
-        start = min(left)
-        piece = {start}
-        stack = [start]
-        while stack:
-            i = stack.pop()
-            for k in (*preds[i], *succs[i]):
-                if k in left and k not in piece:
-                    piece.add(k)
-                    stack.append(k)
-        left -= piece
-        pieces.append(piece)
-    return pieces
+    return [
+        ParallelGroup(
+            nodes[fork] if fork != _ROOT else None,
+            nodes[join],
+            tuple(tuple(nodes[i] for i in br) for br in branches),
+        )
+        for fork, join, branches in fork_join_groups(preds, succs)
+    ]

@@ -15,9 +15,9 @@ optimization : graph optimization level, ``all`` (default), ``extended``, ``basi
 session_options : extra ``SessionOptions`` config entries, e.g.
     ``{"session.set_denormal_as_zero": 1}``.
 
-Runs go through ``session.run(None, feeds)``. Measured on a 1-op graph: 4.1 µs per run; IOBinding
-(bind input, bind output, run, copy out) 4.9 µs; ``run_with_ort_values`` 38 µs (it wraps every
-input in an OrtValue), so the plain call is kept.
+Runs go through ``session.run(None, feeds)``: on a 1-op graph it was cheaper per run than
+IOBinding (bind input, bind output, run, copy out) and than ``run_with_ort_values`` (which wraps
+every input in an OrtValue), so the plain call is kept.
 """
 
 from __future__ import annotations

@@ -11,14 +11,14 @@ precision : ``f32`` (default), ``bf16`` or ``f16``, always passed as
     ``INFERENCE_PRECISION_HINT``: on CPUs with AMX/AVX512-BF16 OpenVINO otherwise picks bf16
     silently.
 pinning : ``ENABLE_CPU_PINNING`` (CPU only), default ``false``. OpenVINO pins by default, and
-    two 1-thread units pinned that way land on the same core: measured on the 2-core
-    development machine, two such units running at once gave 0.99x (pinned) vs 2.05x (not).
+    two 1-thread units pinned that way land on the same core (the speedup of two units at once,
+    pinned and not, is measured by ``benchmarks/unit_settings_bench.py``).
 properties : extra compile properties, e.g. ``{NUM_STREAMS: 1}``.
 
 ``PERFORMANCE_HINT`` is always ``LATENCY``. The model is read from memory
 (``Core.read_model(onnx_bytes, b"")``). Runs set each input as a shared-memory tensor and copy
-outputs: 11 µs per run on a 1-op graph, vs 18 µs for ``infer(dict, share_inputs=True)`` and
-59 µs for plain ``infer(dict)``.
+outputs, which on a 1-op graph was cheaper per run than ``infer(dict, share_inputs=True)`` and
+than plain ``infer(dict)``.
 """
 
 from __future__ import annotations
