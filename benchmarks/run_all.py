@@ -261,8 +261,10 @@ def update_readme(runs: list[dict]) -> None:
     readme = ROOT / "README.md"
     text = readme.read_text()
     by_name = {r["name"]: r for r in runs if r["ok"]}
-    blocks = {"example": by_name.get("example", {}).get("table"),
-              "results": by_name.get("tune", {}).get("table")}
+    blocks = {
+        "example": by_name.get("example", {}).get("table"),
+        "results": by_name.get("tune", {}).get("table"),
+    }
     for key, lines in blocks.items():
         begin = f"<!-- {key}:begin (written by benchmarks/run_all.py) -->\n"
         end = f"\n<!-- {key}:end -->"
