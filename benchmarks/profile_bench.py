@@ -4,7 +4,9 @@ For each model: profiling wall time with a fresh store (cold) and again on the s
 with automatic fused groups (``--fuse auto``, chains of up to 3 nodes) and, separately on a fresh
 store, without groups; the number of distinct node and chain signatures; the groups kept; and the
 additivity error (no-op call + isolated node times vs the whole model, in %) without and with
-the kept groups' savings; the fitted link between the two units.
+the kept groups' savings, and in context (no-op call + onnxruntime's own per-kernel times of a
+whole-model run, mapped back to the ONNX nodes: what the planner's node costs are built from);
+the share of kernel time that maps to a node; the fitted link between the two units.
 
 Models: googlenet, resnet18 and squeezenet from partuner's zoo, and resnet50 (the zoo's when it
 has one, else a resnet50-shaped model built here with onnx.helper: bottleneck blocks 3-4-6-3,
@@ -139,7 +141,7 @@ def bench(label: str, proto: onnx.ModelProto, work: Path, budget: float) -> dict
         "nodes": len(graph.compute_nodes),
         "signatures": cold.signatures,
         "chain_signatures": cold.group_signatures,
-        "groups_kept": len(cold.groups),
+        "groups_kept": cold.groups_kept,
         "cold_no_groups_s": plain.wall_s,
         "cold_s": cold.wall_s,
         "warm_s": warm.wall_s,
@@ -147,6 +149,8 @@ def bench(label: str, proto: onnx.ModelProto, work: Path, budget: float) -> dict
         "whole_ms": None if up.whole_us is None else up.whole_us / 1e3,
         "additivity_error_pct": _pct(plain.units["cpu0"].additivity_error),
         "additivity_error_with_groups_pct": _pct(up.fused_additivity_error),
+        "additivity_error_in_context_pct": _pct(up.layer_additivity_error),
+        "layer_time_mapped_pct": _pct(up.layer_mapped),
         "link_latency_us": None if link is None else link.latency_us,
         "link_gbps": None if link is None or math.isinf(link.gbps) else link.gbps,
     }
@@ -199,6 +203,8 @@ def main() -> None:
         ("warm_s", "warm (s)"),
         ("additivity_error_pct", "additivity error (%)"),
         ("additivity_error_with_groups_pct", "with groups (%)"),
+        ("additivity_error_in_context_pct", "in context (%)"),
+        ("layer_time_mapped_pct", "kernel time mapped (%)"),
         ("link_latency_us", "link latency (us)"),
     ]
     print("| " + " | ".join(h for _, h in cols) + " |")

@@ -21,6 +21,8 @@ from partuner.profile.groups import (
     next_in_chain,
     parse_pattern,
     parse_profile_configs,
+    REGION_MAX_NODES,
+    region_groups,
     sequential_chains,
 )
 from partuner.profile.store import Measurement
@@ -138,9 +140,10 @@ def test_noise_rule_and_savings_by_hand():
 
 def test_explicit_groups_calibrated_stored_and_planned(branchy, units_file, db):
     units = load_units(units_file)
+    kw = {"budget_s": 0.02, "fuse": [["Conv", "Relu"]], "layers": False}  # isolated costs
     with ProfileStore(db) as store:
-        prof = profile_model(branchy, units, store=store, budget_s=0.02, fuse=[["Conv", "Relu"]])
-        again = profile_model(branchy, units, store=store, budget_s=0.02, fuse=[["Conv", "Relu"]])
+        prof = profile_model(branchy, units, store=store, **kw)
+        again = profile_model(branchy, units, store=store, **kw)
         chains = find_chains(branchy, ["Conv", "Relu"])
         assert [m for m, _ in prof.groups] == chains  # explicit groups are all kept
         for members, cost in prof.groups:
@@ -173,7 +176,7 @@ def test_automatic_groups_are_chains_within_the_limit(branchy, units_file, db):
     units = load_units(units_file)
     with ProfileStore(db) as store:
         prof = profile_model(branchy, units, store=store, budget_s=0.02, fuse_auto=3)
-    candidates = sequential_chains(branchy, 3)
+    candidates = sequential_chains(branchy, 3) + region_groups(branchy)
     sigs = {
         group_signature(node_signature(branchy, branchy.node(n)) for n in c) for c in candidates
     }
@@ -183,6 +186,32 @@ def test_automatic_groups_are_chains_within_the_limit(branchy, units_file, db):
         assert all(math.isfinite(c) and c >= 0 for c in cost.values())
     # the modeled-free, equal-fingerprint units keep the same groups
     assert all(set(c) == {"cpu0", "cpu1"} for _, c in prof.groups)
+
+
+def test_region_groups_are_whole_branch_groups(branchy):
+    from partuner.graph import parallel_branch_groups
+
+    regions = region_groups(branchy)
+    index = {n.name: i for i, n in enumerate(branchy.nodes)}
+    for grp in parallel_branch_groups(branchy):
+        inner = {n for b in grp.branches for n in b} | {grp.join}
+        mine = [r for r in regions if inner <= set(r)]
+        assert tuple(sorted(inner, key=index.__getitem__)) in mine
+        if grp.fork is not None:  # with the fork too, members in topological order
+            assert any(grp.fork in r and r[0] == grp.fork for r in mine)
+    assert all(len(r) <= REGION_MAX_NODES for r in regions)
+
+
+def test_in_context_units_give_groups_no_discount(branchy, units_file):
+    units = load_units(units_file)
+    prof = profile_model(branchy, units, budget_s=0.02, fuse=[["Conv", "Relu"]])
+    up = prof.units["cpu0"]
+    assert up.costs_from == "layers"
+    problem = build_problem(branchy, units, prof)
+    assert problem.groups  # kept for export, but fusion is in the node costs already
+    assert all(g.saving(problem, u) < 1e-6 for g in problem.groups for u in problem.units)
+    order = [n.name for n in branchy.compute_nodes]
+    assert partition_cost(problem, "cpu0", order) == pytest.approx(up.whole_us)
 
 
 def test_groups_skip_units_that_cannot_run_a_member(branchy, npu_units_file):

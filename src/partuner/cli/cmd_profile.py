@@ -302,11 +302,13 @@ def _render(g: Any, prof: Any, files: list[str], as_json: bool) -> None:
     )
     if prof.group_signatures:
         console.print(
-            f"{len(groups)} fused groups kept of {prof.group_signatures} distinct chains timed"
+            f"{prof.groups_kept} fused groups kept of {prof.group_signatures} distinct groups "
+            f"timed; {len(groups)} discount the planner's costs (units costed in context have "
+            "fusion in their node costs already)"
         )
     t = Table(show_edge=False)
     cols = ("unit", "per partition", "per MB crossing", "whole model", "sum of parts")
-    for c in (*cols, "additivity error", "with groups"):
+    for c in (*cols, "additivity error", "with groups", "in context", "costs"):
         t.add_column(c, justify="right" if c != "unit" else "left")
     for r in summary:
         label = " (modeled)" if r["modeled"] else ""
@@ -319,6 +321,8 @@ def _render(g: Any, prof: Any, files: list[str], as_json: bool) -> None:
             "-" if r["sum_of_parts_ms"] is None else f"{r['sum_of_parts_ms']:.3f} ms",
             _pct(None if r["modeled"] else r["additivity_error"]),
             _pct(None if r["modeled"] else r["fused_additivity_error"]),
+            _pct(r["in_context_additivity_error"]),
+            r["costs_from"],
         )
     console.print(t)
     for link in links:

@@ -63,6 +63,8 @@ def unit_summary(profile: Any) -> list[dict[str, Any]]:
                 "whole_model_ms": None if up.whole_us is None else up.whole_us / 1e3,
                 "sum_of_parts_ms": None if up.parts_us is None else up.parts_us / 1e3,
                 "additivity_error": up.additivity_error,
+                "costs_from": up.costs_from,
+                "in_context_additivity_error": up.layer_additivity_error,
                 "scale": up.scale,
             }
         )

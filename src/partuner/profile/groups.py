@@ -12,9 +12,13 @@ Chains come from three places:
 - explicit patterns of op types, ``Conv-Relu`` (``--fuse``), matched by :func:`find_chains`;
 - NEST-C's ``profileConfigs.yaml`` (``fuseOperators`` lines of Glow node kinds such as
   ``Convolution-Relu``), read by :func:`parse_profile_configs`;
-- the automatic mode (``--fuse auto``): every chain of 2..K members, :func:`sequential_chains`.
-  An automatic group is kept on a unit only where its measured time differs from the sum of its
-  members' by more than the noise (:func:`differs_beyond_noise`).
+- the automatic mode (``--fuse auto``): every chain of 2..K members, :func:`sequential_chains`,
+  and every parallel branch group whole, :func:`region_groups` (a SqueezeNet fire module's
+  expand convolutions and their concat, with the squeeze convolution before them; a GoogLeNet
+  inception block): inside one call a backend keeps such a region in its own layout, which
+  timing its nodes one by one misses. An automatic group is kept on a unit only where its
+  measured time differs from the sum of its members' by more than the noise
+  (:func:`differs_beyond_noise`).
 
 A group's signature is its members' signatures joined by ``+`` (NEST-C's fused-profile key
 style), so equal groups share one measurement in the store, across models.
@@ -43,8 +47,12 @@ __all__ = [
     "next_in_chain",
     "parse_pattern",
     "parse_profile_configs",
+    "region_groups",
     "sequential_chains",
 ]
+
+#: The most members an automatic region group may have.
+REGION_MAX_NODES = 24
 
 #: NEST-C (Glow) node kinds -> the ONNX op type they come from. Names not listed are taken as
 #: ONNX op types (``Relu``, ``Add``, ``MaxPool``, ``Concat`` are spelt alike in both).
@@ -184,18 +192,54 @@ def sequential_chains(graph: ModelGraph, max_len: int) -> list[tuple[str, ...]]:
     return out
 
 
+def region_groups(graph: ModelGraph, lead: int = 1) -> list[tuple[str, ...]]:
+    """Every parallel branch group as one group: its branches and its join, then with the fork
+    and up to ``lead`` nodes of the chain leading into the fork (members in topological order;
+    at most :data:`REGION_MAX_NODES` members).
+
+    Examples
+    --------
+    >>> from partuner.graph import load_model, zoo
+    >>> g = load_model(zoo.build("squeezenet", image_size=32))
+    >>> [len(r) for r in region_groups(g)[:3]]
+    [5, 6, 7]
+    >>> region_groups(g)[2][0], region_groups(g)[2][-1]
+    ('features.3.squeeze', 'features.3.concat')
+    """
+    from partuner.graph.branches import parallel_branch_groups
+
+    index = {n.name: i for i, n in enumerate(graph.nodes)}
+    out: list[tuple[str, ...]] = []
+    for grp in parallel_branch_groups(graph):
+        members = [n for b in grp.branches for n in b] + [grp.join]
+        heads = [] if grp.fork is None else [grp.fork]
+        while heads and len(heads) <= lead:
+            preds = [p for p in graph.predecessors(heads[-1]) if not graph.is_constant(p)]
+            if len(preds) != 1 or next_in_chain(graph, preds[0]) != heads[-1]:
+                break
+            heads.append(preds[0])
+        for k in range(len(heads) + 1):
+            group = members + heads[:k]
+            if len(group) <= REGION_MAX_NODES:
+                out.append(tuple(sorted(group, key=index.__getitem__)))
+    return list(dict.fromkeys(out))
+
+
 def candidate_groups(
     graph: ModelGraph, fuse: Sequence[Sequence[str]] | None, fuse_auto: int
 ) -> list[tuple[tuple[str, ...], bool]]:
-    """The chains to time: ``(members, explicit)``; explicit ones (from ``fuse`` patterns) are
-    kept whatever they measure, automatic ones (2..``fuse_auto`` members) only if they differ
-    from their members' sum beyond the noise."""
+    """The groups to time: ``(members, explicit)``; explicit ones (from ``fuse`` patterns) are
+    kept whatever they measure, automatic ones (chains of 2..``fuse_auto`` members and the
+    parallel branch regions of :func:`region_groups`) only if they differ from their members'
+    sum beyond the noise."""
     out: dict[tuple[str, ...], bool] = {}
     for pattern in fuse or ():
         for c in find_chains(graph, list(pattern)):
             out[c] = True
     if fuse_auto >= 2:
         for c in sequential_chains(graph, fuse_auto):
+            out.setdefault(c, False)
+        for c in region_groups(graph):
             out.setdefault(c, False)
     return list(out.items())
 

@@ -13,7 +13,13 @@ What is measured, per real unit (units with equal fingerprints are measured once
   and keep data in their own layouts inside one call), so the per-node (and group) costs are
   scaled so that, on each unit, per-partition cost + sum of nodes - fused-group savings =
   whole-model time. The raw additivity error (no-op call + isolated nodes vs whole), with and
-  without the groups' savings, is reported.
+  without the groups' savings, is reported;
+- the **model's own per-layer profile** (``profile/layers.py``: onnxruntime profiling, OpenVINO
+  ``PERF_COUNT``) of the whole model, mapped back to the ONNX nodes: where a backend gives one,
+  the node costs are these in-context times (nodes no kernel covers keep their isolated time on
+  the same scale), calibrated to the whole-model time like the isolated ones. Fusion is then
+  already in the node costs, so that unit's fused groups give no further discount. Its
+  additivity error (no-op call + kernel times vs whole) is reported too.
 
 Modeled units are not timed: their costs come from their roofline model and are labelled modeled.
 Units measured elsewhere (``remote``: a kit's results or a NEST-C profile imported into the store)
@@ -23,6 +29,7 @@ between real units are measured and fitted (``profile/transfer.py``).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -41,7 +48,8 @@ from partuner.profile.groups import (
     fused_saving,
     group_signature,
 )
-from partuner.profile.measure import overhead_model, random_feeds, time_model
+from partuner.profile.layers import LayerMap, map_layers
+from partuner.profile.measure import overhead_model, random_feeds, short_error, time_model
 from partuner.profile.signature import model_digest, node_signature
 from partuner.profile.store import NET, Measurement, ProfileStore, net_us
 from partuner.profile.transfer import LINK_SIZES, LinkFit, profile_links
@@ -76,6 +84,8 @@ class UnitProfile:
     call_us: float = 0.0  # a no-op call
     boundary_us_per_byte: float = 0.0  # per byte a partition reads from another partition
     fused_parts_us: float | None = None  # parts_us less the fused groups' savings (unscaled)
+    layer_parts_us: float | None = None  # no-op call + the backend's per-layer kernel times
+    layer_mapped: float | None = None  # share of the kernel time mapped to ONNX nodes
 
     @property
     def additivity_error(self) -> float | None:
@@ -86,6 +96,19 @@ class UnitProfile:
     def fused_additivity_error(self) -> float | None:
         """As :attr:`additivity_error`, with the fused groups' savings taken off the parts."""
         return _rel(self.fused_parts_us, self.whole_us)
+
+    @property
+    def layer_additivity_error(self) -> float | None:
+        """As :attr:`additivity_error` for the in-context parts: the no-op call plus the
+        backend's own per-layer times of a whole-model run (None: no per-layer profile)."""
+        return _rel(self.layer_parts_us, self.whole_us)
+
+    @property
+    def costs_from(self) -> str:
+        """Where the node costs come from: ``layers`` (in context), ``isolated`` or ``modeled``."""
+        if self.modeled:
+            return "modeled"
+        return "layers" if self.layer_parts_us is not None else "isolated"
 
 
 def _rel(parts: float | None, whole: float | None) -> float | None:
@@ -112,6 +135,7 @@ class Profile:
     # fused groups: (member nodes, unit -> µs on the scale of ``costs``)
     groups: list[tuple[tuple[str, ...], dict[str, float]]] = field(default_factory=list)
     group_signatures: int = 0  # distinct group signatures considered
+    groups_kept: int = 0  # groups kept (explicit, or differing beyond the noise) on some unit
     link_fits: dict[tuple[str, str], LinkFit] = field(default_factory=dict)
     links_measured: int = 0  # link rows timed now
     remote: dict[str, str] = field(default_factory=dict)  # unit -> fingerprint, store only
@@ -165,6 +189,7 @@ def profile_model(
     fuse_auto: int = 0,
     remote: Mapping[str, str] | None = None,
     link_sizes: Sequence[int] = LINK_SIZES,
+    layers: bool = True,
 ) -> Profile:
     """Measure (or look up) every compute node of ``graph`` on every unit of ``units``.
 
@@ -183,6 +208,8 @@ def profile_model(
     remote : unit name -> fingerprint for units measured elsewhere (kit results, NEST-C
         profiles): read from ``store`` only, never timed here.
     link_sizes : tensor sizes (bytes) the links are measured at.
+    layers : take node costs from the backend's own per-layer profile of the whole model where
+        it has one (``calibrate`` must be on); otherwise from the isolated times.
 
     Raises
     ------
@@ -241,6 +268,7 @@ def profile_model(
     uprof: dict[str, UnitProfile] = {}
     unsupported: list[tuple[str, str, str]] = []
     digest = model_digest(graph)
+    kept_any: set[tuple[str, ...]] = set()
     for fp, names in by_fp.items():
         local = [n for n in names if n not in remote]
         can_time = bool(local)
@@ -296,6 +324,7 @@ def profile_model(
             tick(f"{names[0]}: group {gsig.count('+') + 1} nodes")
         node_raw = {n: raw[sig_of[n]].median_us for n in order}
         mine = [(c, kept[gsig_of[c]]) for c, _ in cands if gsig_of[c] in kept]
+        kept_any.update(c for c, _ in mine)
         parts = call_us + sum(node_raw.values())
         fused = parts - fused_saving(order, mine, node_raw) if math.isfinite(parts) else parts
         whole: float | None = None
@@ -309,8 +338,30 @@ def profile_model(
                 overhead = min(max(overhead, fit.per_partition_us), whole / 2)
                 per_byte = fit.per_byte_us
         tick(f"{names[0]}: the model cut in context")
+        lmap: LayerMap | None = None
+        if layers and whole is not None:
+
+            def make_layers(u: Unit = unit) -> Measurement:
+                return _layer_measurement(u, graph)
+
+            lm = look(f"__layers__#{digest}", make_layers)
+            if lm is not None and lm.status == "ok" and lm.detail:
+                kernels = [(tuple(k), float(t)) for k, t in json.loads(lm.detail)]
+                lmap = map_layers(graph, kernels, node_raw)
+                if not lmap.costs:
+                    lmap = None
         scale = 1.0
-        if calibrate and whole is not None and fused > call_us:
+        base = dict(node_raw)
+        if lmap is not None:
+            raw_cov = sum(node_raw[n] for n in lmap.costs)
+            ratio = sum(lmap.costs.values()) / raw_cov if raw_cov > 0 else 1.0
+            base = {n: lmap.costs.get(n, node_raw[n] * ratio) for n in order}
+            total_base = sum(base.values())
+            if whole is not None and total_base > 0:
+                scale = max(whole - overhead, 0.0) / total_base
+            # fusion is in the in-context costs already: a group costs what its members do
+            mine = [(c, sum(base[m] for m in c)) for c, _ in mine]
+        elif calibrate and whole is not None and fused > call_us:
             scale = max(whole - overhead, 0.0) / (fused - call_us)
         finite = math.isfinite(parts)
         for name in names:
@@ -325,9 +376,11 @@ def profile_model(
                 call_us=call_us,
                 boundary_us_per_byte=per_byte,
                 fused_parts_us=fused if finite and cands else None,
+                layer_parts_us=None if lmap is None else call_us + lmap.total_us,
+                layer_mapped=None if lmap is None else lmap.mapped_us / max(lmap.total_us, 1e-9),
             )
             for n in order:
-                costs[n][name] = node_raw[n] * scale
+                costs[n][name] = base[n] * scale
             for c, t in mine:
                 group_costs.setdefault(c, {})[name] = t * scale
     _check_missing(missing, remote)
@@ -356,10 +409,24 @@ def profile_model(
         wall_s=time.perf_counter() - t_start,
         groups=[(c, group_costs[c]) for c, _ in cands if c in group_costs],
         group_signatures=len(grep),
+        groups_kept=len(kept_any),
         link_fits=lp.fits,
         links_measured=lp.measured,
         remote=remote,
     )
+
+
+def _layer_measurement(unit: Unit, graph: ModelGraph) -> Measurement:
+    """The unit's per-layer profile of the whole model as a store row (kernels in ``detail``)."""
+    try:
+        found = unit.layer_times(graph.model, random_feeds(graph, list(graph.inputs)))
+    except Exception as exc:
+        return Measurement(math.inf, math.inf, math.inf, 0, "unsupported", short_error(exc))
+    if not found:
+        return Measurement(0.0, 0.0, 0.0, 0, "unsupported", "no per-layer profiling")
+    total = sum(t for _, t in found)
+    detail = json.dumps([[list(k), t] for k, t in found])
+    return Measurement(total, total, total, len(found), "ok", detail)
 
 
 def _check_missing(missing: list[tuple[str, str]], remote: Mapping[str, str]) -> None:

@@ -127,6 +127,15 @@ class Unit(abc.ABC):
     def prepare(self, model: onnx.ModelProto) -> Runner:
         """Build a runner for ``model``; raises UnitUnavailableError or UnitError."""
 
+    def layer_times(
+        self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], runs: int = 20
+    ) -> list[tuple[tuple[str, ...], float]] | None:
+        """The backend's own per-layer profile of running ``model`` whole ``runs`` times: for
+        each kernel it ran, the names it gives for it (ONNX node or value names, as the backend
+        reports them; see ``partuner.profile.layers``) and its median time per run in µs.
+        ``None`` where the backend has no per-layer profiling (the default)."""
+        return None
+
     @property
     def host_memory(self) -> bool:
         """Whether the unit computes in host memory, so tensors reach it without a copy (an

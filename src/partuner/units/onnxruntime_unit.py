@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import numpy as np
     import onnx
 
-__all__ = ["OnnxruntimeUnit", "OnnxruntimeRunner", "resolve_provider"]
+__all__ = ["OnnxruntimeUnit", "OnnxruntimeRunner", "kernel_times", "resolve_provider"]
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,7 @@ class OnnxruntimeRunner(Runner):
         spinning: bool | str = False,
         optimization: str = "all",
         session_options: Mapping[str, str] | None = None,
+        profile_prefix: str | None = None,
     ) -> None:
         import onnxruntime as ort
 
@@ -119,6 +120,9 @@ class OnnxruntimeRunner(Runner):
             so.add_session_config_entry("session.force_spinning_stop", "1")
         for key, value in (session_options or {}).items():
             so.add_session_config_entry(key, value)
+        if profile_prefix is not None:
+            so.enable_profiling = True
+            so.profile_file_prefix = profile_prefix
         try:
             self._sess: Any = ort.InferenceSession(
                 model.SerializeToString(), so, providers=[provider]
@@ -141,8 +145,36 @@ class OnnxruntimeRunner(Runner):
             ) from exc
         return dict(zip(self.output_names, outs, strict=True))
 
+    def end_profiling(self) -> str:
+        """Stop profiling (a runner made with ``profile_prefix``); the trace file's path."""
+        return str(self._sess.end_profiling())
+
     def close(self) -> None:
         self._sess = None
+
+
+def kernel_times(events: list[dict[str, Any]]) -> list[tuple[tuple[str, ...], float]]:
+    """Per-kernel median times (µs) from an onnxruntime profiling trace, with the names each
+    kernel may stand for: its node name and, for a kernel of the NCHWc layout transformer
+    (named after the value it computes plus ``_nchwc``), that value's name.
+
+    >>> ev = [{"cat": "Node", "name": "relu1_output_nchwc_kernel_time", "dur": d}
+    ...       for d in (5, 7, 6)]
+    >>> kernel_times(ev)
+    [(('relu1_output_nchwc', 'relu1_output'), 6.0)]
+    """
+    import statistics
+
+    per: dict[str, list[float]] = {}
+    for e in events:
+        name = str(e.get("name", ""))
+        if e.get("cat") == "Node" and name.endswith("_kernel_time"):
+            per.setdefault(name.removesuffix("_kernel_time"), []).append(float(e["dur"]))
+    out = []
+    for name, durs in per.items():
+        keys = (name, name.removesuffix("_nchwc")) if name.endswith("_nchwc") else (name,)
+        out.append((keys, float(statistics.median(durs))))
+    return out
 
 
 @register_backend("onnxruntime")
@@ -215,6 +247,29 @@ class OnnxruntimeUnit(Unit):
         if o["threads"] > 1 and o["spinning"]:
             spin = "-spinrun" if o["spinning"] == "run" else "-spin"
         return f"{short}-t{o['threads']}{spin}-{self.precision}"
+
+    def layer_times(
+        self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], runs: int = 20
+    ) -> list[tuple[tuple[str, ...], float]] | None:
+        """onnxruntime's own profiling (``enable_profiling``) of the model run whole."""
+        import json
+        import tempfile
+        from pathlib import Path
+
+        ok, reason = self.availability()
+        if not ok:
+            raise UnitUnavailableError(f"unit {self.name!r} cannot run here: {reason}")
+        with tempfile.TemporaryDirectory(prefix="partuner-ortprof-") as tmp:
+            runner = OnnxruntimeRunner(
+                model, unit_name=self.name, profile_prefix=str(Path(tmp) / "p"), **self.options
+            )
+            try:
+                for _ in range(runs):
+                    runner.run(feeds)
+                events = json.loads(Path(runner.end_profiling()).read_text(encoding="utf-8"))
+            finally:
+                runner.close()
+        return kernel_times(events)
 
     def prepare(self, model: onnx.ModelProto) -> OnnxruntimeRunner:
         ok, reason = self.availability()

@@ -153,6 +153,21 @@ class OpenvinoRunner(Runner):
                 f"unit {self.unit_name!r} (openvino) failed to run: {_first_line(exc)}"
             ) from exc
 
+    def layer_names(self) -> dict[str, tuple[str, ...]]:
+        """Each runtime layer's name -> the original (ONNX) layer names it was made from."""
+        out = {}
+        for op in self._compiled.get_runtime_model().get_ops():
+            info = op.get_rt_info()
+            orig = info["originalLayersNames"].astype(str) if "originalLayersNames" in info else ""
+            out[op.get_friendly_name()] = tuple(x for x in orig.split(",") if x)
+        return out
+
+    def profiling_info(self) -> list[tuple[str, float]]:
+        """``(runtime layer, µs)`` of the last run (compiled with ``PERF_COUNT``)."""
+        return [
+            (p.node_name, p.real_time.total_seconds() * 1e6) for p in self._request.profiling_info
+        ]
+
     def close(self) -> None:
         self._request = None
         self._compiled = None
@@ -259,6 +274,34 @@ class OpenvinoUnit(Unit):
         o = self.options
         threads = f"-t{o['threads']}" if self._on_cpu else ""
         return f"{o['device'].lower()}{threads}-{self.precision}"
+
+    def layer_times(
+        self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], runs: int = 20
+    ) -> list[tuple[tuple[str, ...], float]] | None:
+        """OpenVINO's own per-layer counters (``PERF_COUNT``) of the model run whole, each
+        runtime layer named by the original layers it was made from."""
+        import statistics
+
+        ok, reason = self.availability()
+        if not ok:
+            raise UnitUnavailableError(f"unit {self.name!r} cannot run here: {reason}")
+        config = {**self.compile_config(), "PERF_COUNT": True}
+        runner = OpenvinoRunner(
+            model, unit_name=self.name, device=self.options["device"], config=config
+        )
+        try:
+            names = runner.layer_names()
+            times: dict[str, list[float]] = {}
+            for _ in range(runs):
+                runner.run(feeds)
+                for layer, us in runner.profiling_info():
+                    times.setdefault(layer, []).append(us)
+        finally:
+            runner.close()
+        return [
+            (names.get(layer) or (layer,), float(statistics.median(us)))
+            for layer, us in times.items()
+        ]
 
     def prepare(self, model: onnx.ModelProto) -> OpenvinoRunner:
         ok, reason = self.availability()

@@ -1,0 +1,124 @@
+"""In-context node costs: the backend's own per-layer profile of the whole model, mapped back
+to the ONNX nodes.
+
+A node timed alone, as its own sub-model, pays what it never pays inside a large model: its
+inputs and outputs converted to and from the backend's internal layout, a fresh output buffer,
+cold caches. So isolated times do not add up to the whole model (squeezenet on onnxruntime: the
+parts sum to over a third more than the whole). The backends profile each kernel of a whole-model
+run themselves (onnxruntime ``enable_profiling``, OpenVINO ``PERF_COUNT``); this module maps
+those kernels back to ONNX nodes (:meth:`Unit.layer_times` gives each kernel with the names it
+may stand for):
+
+- a name that is a compute node's name, or a value's name (that value's producer), maps the
+  kernel to that node; a kernel may map to several nodes (OpenVINO lists every original layer a
+  fused kernel was made from);
+- a node no kernel names was fused into a neighbour (onnxruntime names a Conv+Relu kernel after
+  the Relu's output): it joins the kernel of the next node of its chain (or, failing that, of
+  the previous one);
+- each kernel's time is shared among its nodes in proportion to their isolated times;
+- kernels that map to no node (layout reorders at the model's edges, copies) are reported as
+  unmapped; the profiler spreads them over all nodes with its calibration to the whole-model
+  time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from partuner.graph import ModelGraph
+from partuner.profile.groups import next_in_chain
+
+__all__ = ["LayerMap", "map_layers"]
+
+Kernel = tuple[Sequence[str], float]
+
+
+@dataclass(frozen=True)
+class LayerMap:
+    """Kernels mapped to nodes: in-context µs of each node some kernel covers."""
+
+    costs: dict[str, float]
+    mapped_us: float  # kernel time attributed to nodes
+    unmapped_us: float  # kernel time that names no node of the model
+    kernels: int
+
+    @property
+    def total_us(self) -> float:
+        return self.mapped_us + self.unmapped_us
+
+
+def map_layers(
+    graph: ModelGraph, kernels: Sequence[Kernel], weight: Mapping[str, float]
+) -> LayerMap:
+    """Map per-kernel times to the compute nodes of ``graph``.
+
+    ``weight[node]`` (the isolated time) shares a kernel among the nodes it covers; nodes with
+    no finite positive weight share equally.
+
+    Examples
+    --------
+    >>> from partuner.graph import load_model, zoo
+    >>> g = load_model(zoo.build("squeezenet", image_size=32))
+    >>> ks = [(("features.1_output_nchwc", "features.1_output"), 90.0), (("Reorder",), 4.0)]
+    >>> ks += [((n.name,), 1.0) for n in g.compute_nodes[2:]]
+    >>> m = map_layers(g, ks, {"features.0": 80.0, "features.1": 10.0})
+    >>> m.costs["features.0"], m.costs["features.1"], m.unmapped_us
+    (80.0, 10.0, 4.0)
+    """
+    compute = {n.name for n in graph.compute_nodes}
+    members: list[list[str]] = []
+    unmapped = 0.0
+    for names, us in kernels:
+        found: list[str] = []
+        for k in names:
+            node = k if k in compute else None
+            if node is None and k in graph.values:
+                producer = graph.values[k].producer
+                node = producer if producer in compute else None
+            if node is not None and node not in found:
+                found.append(node)
+        members.append(found)
+        if not found:
+            unmapped += float(us)
+    covered = {n for ms in members for n in ms}
+    home: dict[str, int] = {}
+    for i, ms in enumerate(members):
+        for n in ms:
+            home.setdefault(n, i)
+    prev_of = {}
+    for n in compute:
+        nxt = next_in_chain(graph, n)
+        if nxt is not None:
+            prev_of[nxt] = n
+    for n in (x.name for x in graph.compute_nodes):
+        if n in covered:
+            continue
+        target = _walk(n, lambda x: next_in_chain(graph, x), home) or _walk(n, prev_of.get, home)
+        if target is not None:
+            members[home[target]].append(n)
+            home[n] = home[target]
+    costs: dict[str, float] = {}
+    mapped = 0.0
+    for (_, us), ms in zip(kernels, members, strict=True):
+        if not ms:
+            continue
+        mapped += float(us)
+        w = [weight.get(n, 0.0) for n in ms]
+        ok = all(x > 0 and x != float("inf") for x in w)
+        total = sum(w) if ok else float(len(ms))
+        for n, x in zip(ms, w if ok else [1.0] * len(ms), strict=True):
+            costs[n] = costs.get(n, 0.0) + float(us) * x / total
+    return LayerMap(costs, mapped, unmapped, len(kernels))
+
+
+def _walk(start: str, step: object, home: Mapping[str, int], limit: int = 3) -> str | None:
+    """Follow ``step`` from ``start`` to the first node that has a kernel (at most ``limit``)."""
+    x: str | None = start
+    for _ in range(limit):
+        x = step(x)  # type: ignore[operator]
+        if x is None:
+            return None
+        if x in home:
+            return x
+    return None

@@ -1,0 +1,95 @@
+"""In-context node costs: per-layer profiles of a whole-model run mapped back to ONNX nodes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from partuner.graph import load_model, zoo
+from partuner.profile import profile_model
+from partuner.profile.layers import map_layers
+from partuner.profile.measure import random_feeds
+from partuner.units import OnnxruntimeUnit, load_units
+from partuner.units.onnxruntime_unit import kernel_times
+
+
+@pytest.fixture(scope="module")
+def squeeze():
+    return load_model(zoo.build("squeezenet", image_size=32))
+
+
+def test_kernels_map_by_node_name_value_name_and_fused_neighbours(squeeze):
+    kernels = [
+        (("features.1_output_nchwc", "features.1_output"), 90.0),  # Conv+Relu, named by value
+        (("features.2",), 5.0),  # by node name
+        (("features.3.squeeze/WithoutBiases", "features.3.squeeze", "x"), 12.0),  # OpenVINO
+        (("ReorderOutput",), 7.0),  # names no node
+    ]
+    weight = {"features.0": 80.0, "features.1": 10.0, "features.3.squeeze": 3.0}
+    m = map_layers(squeeze, kernels, weight)
+    # the Conv is fused into the Relu's kernel: the kernel is shared by isolated time
+    assert m.costs["features.0"] == pytest.approx(80.0)
+    assert m.costs["features.1"] == pytest.approx(10.0)
+    assert m.costs["features.2"] == pytest.approx(5.0)
+    # the squeeze's Relu has no kernel of its own: it joins its chain neighbour's, which has no
+    # weight for it, so the kernel is split equally
+    assert m.costs["features.3.squeeze"] + m.costs["features.3.squeeze_activation"] == 12.0
+    assert m.mapped_us == 107.0 and m.unmapped_us == 7.0 and m.total_us == 114.0
+    assert m.kernels == 4
+
+
+def test_a_kernel_named_by_several_layers_is_shared():
+    g = load_model(zoo.build("branchy", image_size=32))
+    a, b = (n.name for n in g.compute_nodes[:2])
+    m = map_layers(g, [((a, b), 30.0)], {a: 1.0, b: 2.0})
+    assert m.costs == {a: pytest.approx(10.0), b: pytest.approx(20.0)}
+
+
+def test_onnxruntime_trace_parsing():
+    events = [
+        {"cat": "Session", "name": "model_run", "dur": 100},
+        {"cat": "Node", "name": "conv_fence_before", "dur": 1},
+        {"cat": "Node", "name": "conv_kernel_time", "dur": 10},
+        {"cat": "Node", "name": "conv_kernel_time", "dur": 30},
+        {"cat": "Node", "name": "conv_kernel_time", "dur": 12},
+        {"cat": "Node", "name": "y_nchwc_kernel_time", "dur": 4},
+    ]
+    assert kernel_times(events) == [(("conv",), 12.0), (("y_nchwc", "y"), 4.0)]
+
+
+def test_onnxruntime_layer_times_cover_the_model(squeeze):
+    unit = OnnxruntimeUnit("cpu0")
+    kernels = unit.layer_times(squeeze.model, random_feeds(squeeze, list(squeeze.inputs)), runs=3)
+    assert kernels and all(t >= 0 for _, t in kernels)
+    m = map_layers(squeeze, kernels, {})
+    assert set(m.costs) == {n.name for n in squeeze.compute_nodes}
+    assert m.mapped_us > 0.8 * m.total_us
+
+
+def test_openvino_layer_times_cover_the_model(squeeze):
+    pytest.importorskip("openvino")
+    from partuner.units import OpenvinoUnit
+
+    unit = OpenvinoUnit("ov")
+    if not unit.availability()[0]:
+        pytest.skip(unit.availability()[1])
+    kernels = unit.layer_times(squeeze.model, random_feeds(squeeze, list(squeeze.inputs)), runs=3)
+    m = map_layers(squeeze, kernels, {})
+    convs = {n.name for n in squeeze.compute_nodes if n.op_type == "Conv"}
+    assert convs <= set(m.costs)
+    assert m.mapped_us > 0.5 * m.total_us
+
+
+def test_profile_costs_in_context_add_up_to_the_whole(squeeze, tmp_path):
+    path = tmp_path / "units.yaml"
+    path.write_text("units:\n  cpu0: {backend: onnxruntime}\n")
+    units = load_units(path)
+    prof = profile_model(squeeze, units, budget_s=0.02)
+    up = prof.units["cpu0"]
+    assert up.costs_from == "layers" and up.layer_mapped > 0.8
+    assert up.layer_additivity_error is not None and math.isfinite(up.layer_additivity_error)
+    total = up.overhead_us + sum(prof.costs[n.name]["cpu0"] for n in squeeze.compute_nodes)
+    assert total == pytest.approx(up.whole_us)
+    off = profile_model(squeeze, units, budget_s=0.02, layers=False).units["cpu0"]
+    assert off.costs_from == "isolated" and off.layer_additivity_error is None
