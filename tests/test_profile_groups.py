@@ -15,13 +15,13 @@ from partuner.pipeline import build_problem
 from partuner.plan.simulate import partition_cost
 from partuner.profile import ProfileStore, find_chains, node_signature, profile_model
 from partuner.profile.groups import (
+    REGION_MAX_NODES,
     differs_beyond_noise,
     fused_saving,
     group_signature,
     next_in_chain,
     parse_pattern,
     parse_profile_configs,
-    REGION_MAX_NODES,
     region_groups,
     sequential_chains,
 )
