@@ -90,6 +90,8 @@ def bench_model(label, source, units, work, *, rounds, per_round, k, budget_s, t
             fn()
     for _ in range(rounds):
         for name, fn in calls.items():
+            for _ in range(3):  # unrecorded: the previous configuration's pools wind down
+                fn()
             for _ in range(per_round):
                 t = time.perf_counter()
                 fn()

@@ -1,7 +1,8 @@
 """The measurements behind the units' default settings (docs/units.md).
 
-1. onnxruntime intra-op spinning, 2-thread units: one unit alone, two at once, and a chain of
-   8 sessions on one unit (spinning on, off, and only during a run).
+1. onnxruntime intra-op spinning, 2-thread units: one unit alone, two at once, a chain of
+   8 sessions on one unit (spinning on, off, and only during a run), and a whole model
+   (zoo squeezenet) run back to back as one session (what a one-partition plan does).
 2. OpenVINO CPU pinning, 1-thread units: speedup of two units running at once.
 3. OpenVINO f32 vs bf16 on the same Conv.
 4. Handing an array to another Python thread (latency) and copying 1 MiB (bandwidth).
@@ -116,6 +117,24 @@ def main() -> None:
 
         chain[str(flag).lower()] = _median_us(run_chain, max(n // 4, 5))
     out["onnxruntime_2thread_chain_of_8_sessions_us"] = chain
+
+    # A one-partition plan: one session run back to back (Unit.alone() keeps spinning there).
+    from partuner.graph import load_model, zoo
+    from partuner.profile.measure import random_feeds
+
+    sq = load_model(zoo.build("squeezenet", image_size=224))
+    sq_feeds = random_feeds(sq, list(sq.inputs))
+    whole = {}
+    runners = {
+        str(flag).lower(): make_unit("w", "onnxruntime", threads=2, spinning=flag).prepare(sq.model)
+        for flag in (True, False, "run")
+    }
+    for _ in range(3):  # interleaved rounds: a noisy moment hits every setting alike
+        for key, r in runners.items():
+            whole.setdefault(key, []).append(_median_us(lambda r=r: r.run(sq_feeds), n // 4))
+    out["onnxruntime_2thread_squeezenet_alone_us"] = {
+        k: float(np.median(v)) for k, v in whole.items()
+    }
 
     try:
         import openvino  # noqa: F401

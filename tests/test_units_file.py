@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from partuner.units import (
     Link,
     ModeledUnit,
     OnnxruntimeUnit,
+    OpenvinoUnit,
     UnitSet,
     default_units,
     load_units,
@@ -100,8 +102,9 @@ def test_default_units():
     us = default_units()
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     n = len(cores) if cores is not None else (os.cpu_count() or 1)
-    assert len(us) == (n + 1 if n > 1 else 1) and us.source == "default"
-    singles = [u for u in us if u.name != "cpuall"]
+    ov = OpenvinoUnit("x").availability()[0] if find_spec("openvino") else False
+    assert len(us) == (n + 1 if n > 1 else 1) + ov and us.source == "default"
+    singles = [u for u in us if u.name not in ("cpuall", "ovall")]
     assert len(singles) == n
     for unit in singles:
         assert isinstance(unit, OnnxruntimeUnit)
@@ -112,6 +115,9 @@ def test_default_units():
     if n > 1:
         allc = us["cpuall"]
         assert allc.options["threads"] == n and sorted(allc.cores) == sorted(cores or range(n))
+    if ov:  # OpenVINO at an explicit f32 on every core
+        o = us["ovall"]
+        assert o.precision == "f32" and o.options["threads"] == n and len(o.cores) == n
     assert us.default_link == DEFAULT_LINK and us.declared_links == set()
     assert load_units(None).names == us.names
 

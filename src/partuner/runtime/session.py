@@ -154,9 +154,10 @@ class Session:
         self._threads: list[threading.Thread] = []
         self._queues: dict[str, queue.SimpleQueue] = {}
         try:
+            alone = len(self.partitions) == 1  # nothing runs beside it: see Unit.alone()
             for i, p in enumerate(self.partitions):
                 try:
-                    self._runners.append(self._prepare(units, p))
+                    self._runners.append(self._prepare(units, p, alone))
                 except PartunerError as exc:
                     if fallback is None or p.unit == fallback:
                         raise
@@ -208,9 +209,10 @@ class Session:
             raise
 
     @staticmethod
-    def _prepare(units: UnitSet, p: PartitionModel) -> Runner:
+    def _prepare(units: UnitSet, p: PartitionModel, alone: bool = False) -> Runner:
         try:
-            return units[p.unit].prepare(p.model)
+            unit = units[p.unit]
+            return (unit.alone() if alone else unit).prepare(p.model)
         except PartunerError:
             raise
         except Exception as exc:

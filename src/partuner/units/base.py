@@ -136,6 +136,11 @@ class Unit(abc.ABC):
         ``None`` where the backend has no per-layer profiling (the default)."""
         return None
 
+    def alone(self) -> Unit:
+        """This unit as it runs best when a plan's only partition is on it (nothing else runs
+        beside it). The default: itself."""
+        return self
+
     @property
     def host_memory(self) -> bool:
         """Whether the unit computes in host memory, so tensors reach it without a copy (an

@@ -191,10 +191,13 @@ def _usable_cores() -> list[int]:
 def default_units() -> UnitSet:
     """The local default: one 1-thread onnxruntime unit per usable core (``cpu<core>`` with
     ``cores: [core]``) and, on a machine with several cores, ``cpuall``: one onnxruntime unit
-    with a thread per core on all of them. ``cpuall`` shares its cores with the others, so the
-    planner chooses, region by region, between intra-operator threads (``cpuall``) and running
-    branches side by side (``cpu0``, ``cpu1``, ...); the two never run at the same time. Units
-    are joined by :data:`DEFAULT_LINK`."""
+    with a thread per core on all of them. Where OpenVINO is installed and runs on this CPU,
+    also ``ovall``: OpenVINO at f32 (never its silent bf16) with a thread per core, a second
+    backend whose kernels are faster than onnxruntime's on some models and regions. ``cpuall``
+    and ``ovall`` share their cores with the others, so the planner chooses, region by region,
+    between backends, between intra-operator threads and running branches side by side
+    (``cpu0``, ``cpu1``, ...); units that share a core never run at the same time. Units are
+    joined by :data:`DEFAULT_LINK`."""
     onnxruntime_unit = get_backend("onnxruntime")
     cores = _usable_cores()
     units = [onnxruntime_unit(f"cpu{c}", threads=1, cores=[c]) for c in cores]
@@ -203,7 +206,24 @@ def default_units() -> UnitSet:
         # thread pool, and pools that keep spinning between runs starve each other, while no
         # spinning at all wakes the pool slower (benchmarks/unit_settings_bench.py).
         units.append(onnxruntime_unit("cpuall", threads=len(cores), cores=cores, spinning="run"))
+    ov = _openvino_unit(cores)
+    if ov is not None:
+        units.append(ov)
     return UnitSet(units, {}, default_link=DEFAULT_LINK, source="default")
+
+
+def _openvino_unit(cores: list[int]) -> Unit | None:
+    """``ovall`` where OpenVINO is installed and its CPU device runs f32, else None."""
+    import importlib.util
+
+    if importlib.util.find_spec("openvino") is None:
+        return None
+    unit = get_backend("openvino")("ovall", threads=len(cores), cores=cores, precision="f32")
+    ok, why = unit.availability()
+    if not ok:
+        log.info("no ovall unit: %s", why)
+        return None
+    return unit
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

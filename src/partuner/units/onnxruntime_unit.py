@@ -248,6 +248,17 @@ class OnnxruntimeUnit(Unit):
             spin = "-spinrun" if o["spinning"] == "run" else "-spin"
         return f"{short}-t{o['threads']}{spin}-{self.precision}"
 
+    def alone(self) -> Unit:
+        """With ``spinning: run``, a copy that keeps spinning between runs: stopping the pool
+        after every run (what lets several sessions share cores) costs a wake-up per run, which
+        a one-partition plan does not need (``benchmarks/unit_settings_bench.py`` measures both
+        on a whole squeezenet)."""
+        if self.options["threads"] < 2 or self.options["spinning"] != "run":
+            return self
+        spec = {k: v for k, v in self.spec().items() if k != "backend"}
+        spec["spinning"] = True
+        return type(self)(self.name, **spec)
+
     def layer_times(
         self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], runs: int = 20
     ) -> list[tuple[tuple[str, ...], float]] | None:
