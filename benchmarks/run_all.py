@@ -42,8 +42,9 @@ SUITE = [
         "tune",
         "tune_bench.py",
         [],
-        "`partuner tune` with the local default units (`cpu0`, `cpu1`: 1 thread each; `cpuall`: "
-        "both cores) against the alternatives on the whole model, measured in the same process.",
+        "`partuner tune` with the local default units (`cpu0`, `cpu1`: onnxruntime, 1 thread "
+        "each; `cpuall`: onnxruntime on both cores; `ovall`: OpenVINO f32 on both cores) against "
+        "the alternatives on the whole model, measured in the same process.",
     ),
     (
         "plan",
@@ -57,14 +58,18 @@ SUITE = [
         "runtime_bench.py",
         [],
         "The runtime: overhead per partition, measured vs predicted latency, and the best plan "
-        "against one 1-thread unit and plain onnxruntime with 2 threads.",
+        "against one 1-thread unit and plain onnxruntime with 2 threads, with onnxruntime units "
+        "only (`cpu0`, `cpu1`, `cpuall`) and with the default units (the same + `ovall`, "
+        "OpenVINO f32 on both cores).",
     ),
     (
         "profile",
         "profile_bench.py",
         [],
         "Profiling cost (cold store, then warm) and the additivity error (whole model vs the sum "
-        "of its profiled parts) without and with fused groups.",
+        "of its profiled parts): isolated parts without and with fused groups, and in context "
+        "(onnxruntime's own per-kernel times of a whole-model run mapped back to the ONNX nodes, "
+        "which the planner's node costs are built from).",
     ),
     (
         "batch",
@@ -141,6 +146,11 @@ def unit_settings_table() -> list[str]:
     for k, v in d.get("onnxruntime_2thread_chain_of_8_sessions_us", {}).items():
         rows.append(
             f"| onnxruntime 2 threads, chain of 8 sessions (one unit's partitions), "
+            f"spinning {k} | {v:.0f} µs |"
+        )
+    for k, v in d.get("onnxruntime_2thread_squeezenet_alone_us", {}).items():
+        rows.append(
+            f"| onnxruntime 2 threads, whole squeezenet run back to back (a one-partition plan), "
             f"spinning {k} | {v:.0f} µs |"
         )
     for k, v in d.get("openvino_1thread_pinning", {}).items():

@@ -1,7 +1,9 @@
 """The runtime measured: overhead per partition, predicted vs measured, plan vs baselines.
 
-Units: ``partuner.units.default_units()`` (here cpu0 and cpu1 with one thread each, cpuall with a
-thread on each core). For each model:
+Two unit sets: ``onnxruntime`` (cpu0 and cpu1 with one thread each, cpuall with a thread on each
+core: onnxruntime alone, so the plan can only win by how it places and orders) and ``default``
+(``partuner.units.default_units()``: the same plus ovall, OpenVINO f32 on every core, where
+OpenVINO is installed). For each model and unit set:
 
 * overhead per partition (µs): the model cut into ``k`` consecutive partitions, all on cpu0, vs
   the whole model as one partition on cpu0: ``(t_k - t_1) / (k - 1)``;
@@ -36,9 +38,9 @@ from partuner.graph import load_model, zoo  # noqa: E402
 from partuner.pipeline import build_problem, make_plan, plan_file, reference_outputs  # noqa: E402
 from partuner.profile import ProfileStore, profile_model, random_feeds  # noqa: E402
 from partuner.runtime import Session, check_outputs  # noqa: E402
-from partuner.units import default_units  # noqa: E402
+from partuner.units import UnitSet, default_units  # noqa: E402
 
-ZOO = ("branchy", "squeezenet", "googlenet", "resnet18")
+ZOO = ("branchy", "squeezenet", "googlenet", "resnet18", "shufflenet_v2", "densenet121")
 SHARED = ("squeezenet1_1", "googlenet", "resnet18")
 
 
@@ -148,7 +150,13 @@ def main() -> None:
     labels = [f"zoo:{n}" for n in ZOO] + ([] if args.quick else [f"shared:{n}" for n in SHARED])
     if args.models:
         labels = [m.strip() for m in args.models.split(",") if m.strip()]
-    units = default_units()
+    full = default_units()
+    ort_only = UnitSet(
+        [u for u in full if u.backend == "onnxruntime"], {}, default_link=full.default_link
+    )
+    unit_sets = {"onnxruntime": ort_only}
+    if len(ort_only) < len(full):
+        unit_sets["default"] = full
     opts = (
         dict(rounds=3, per_round=5, k=16, budget_s=0.05, time_limit=2.0)
         if args.quick
@@ -165,8 +173,10 @@ def main() -> None:
         else:
             source = zoo.build(name, image_size=size)
             label = f"zoo:{name}@{size}"
-        rows.append(bench_model(label, source, units, work, **opts))
-        print(f"done {label}", file=sys.stderr)
+        for set_name, units in unit_sets.items():
+            row = bench_model(label, source, units, work, **opts)
+            rows.append({"units": set_name, **row})
+            print(f"done {label} ({set_name})", file=sys.stderr)
     errors = [abs(r["plan_error"]) for r in rows if r["plan_error"] is not None]
     summary = {
         "median_abs_plan_error": statistics.median(errors) if errors else None,
@@ -180,7 +190,7 @@ def main() -> None:
         "runtime",
         {
             "machine": machine(),
-            "units": units.names,
+            "unit_sets": {k: v.names for k, v in unit_sets.items()},
             "quick": args.quick,
             "settings": opts,
             "summary": summary,
@@ -188,13 +198,15 @@ def main() -> None:
         },
     )
     print(
-        "| model | nodes | plan | parts | predicted ms | measured ms | error | part. err | "
-        "1-thread ms | ort 2-thr ms | vs 1-thr | vs ort2 | overhead µs/part | check |"
+        "| units | model | nodes | plan | units used | parts | predicted ms | measured ms | "
+        "error | part. err | 1-thread ms | ort 2-thr ms | vs 1-thr | vs ort2 | "
+        "overhead µs/part | check |"
     )
-    print("|" + "---|" * 14)
+    print("|" + "---|" * 16)
     for r in rows:
         print(
-            f"| {r['model']} | {r['nodes']} | {r['scheduler']} | {r['partitions']} | "
+            f"| {r['units']} | {r['model']} | {r['nodes']} | {r['scheduler']} | "
+            f"{', '.join(r['units_used'])} | {r['partitions']} | "
             f"{_fmt(r['predicted_ms'])} | {_fmt(r['measured_ms'])} | "
             f"{_fmt(r['plan_error'], '+.1%')} | {_fmt(r['partition_median_abs_error'], '.1%')} | "
             f"{_fmt(r['single_thread_ms'])} | {_fmt(r['ort_2_threads_ms'])} | "
