@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import numpy as np
 import onnx
@@ -390,7 +391,9 @@ def test_cli_unit_failing_at_a_size(free_file, tmp_path):
     db = tmp_path / "p.db"
     r = _invoke("batch", free_file, "--batch", 6, "--units", units, "--db", db, "--repeat", 1)
     assert r.exit_code == 0, r.output
-    assert "unit 'small' fails at batch 4" in r.output and "at most 2 items" in r.output
+    # powers of two find it failing at 4; timing the sizes a split chose (2 -> 3) may find 3
+    assert re.search(r"unit 'small' fails at batch [34] ", r.output), r.output
+    assert "at most 2 items" in r.output
     alone = tmp_path / "alone.yaml"
     alone.write_text(json.dumps({"units": {"small": {"backend": "test-batch-limit", "limit": 2}}}))
     r = _invoke("batch", free_file, "--batch", 6, "--units", alone, "--db", db)

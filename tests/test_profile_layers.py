@@ -94,3 +94,21 @@ def test_profile_costs_in_context_add_up_to_the_whole(squeeze, tmp_path):
     assert total == pytest.approx(up.whole_us)
     off = profile_model(squeeze, units, budget_s=0.02, layers=False).units["cpu0"]
     assert off.costs_from == "isolated" and off.layer_additivity_error is None
+
+
+def test_backend_suffixes_resolve_to_the_node(squeeze):
+    kernels = [(("features.0/WithoutBiases",), 50.0), (("features.0/x/y/z",), 1.0)]
+    m = map_layers(squeeze, kernels, {})
+    assert "features.0" in m.costs and m.mapped_us == 50.0
+    assert m.unmapped_us == 1.0  # the too-deep name is not guessed at
+
+
+def test_a_profile_that_maps_poorly_falls_back_to_isolated_costs(squeeze, tmp_path, monkeypatch):
+    def unmappable(self, model, feeds, runs=20):
+        return [(("mystery",), 500.0), (("features.0",), 10.0)]
+
+    monkeypatch.setattr(OnnxruntimeUnit, "layer_times", unmappable)
+    path = tmp_path / "units.yaml"
+    path.write_text("units:\n  cpu0: {backend: onnxruntime}\n")
+    prof = profile_model(squeeze, load_units(path), budget_s=0.02)
+    assert prof.units["cpu0"].costs_from == "isolated"

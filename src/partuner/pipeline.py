@@ -361,7 +361,7 @@ def tune(
     say("running plain onnxruntime")
     ort_all = measure_whole(graph, feeds, os.cpu_count() or 1, repeat)
     files = sorted(str(p.relative_to(outdir)) for p in outdir.rglob("*") if p.is_file())
-    lb = problem_lower_bound(problem)
+    lb = problem_lower_bound(problem, partitions=True)
     return TuneResult(
         plan,
         plans,

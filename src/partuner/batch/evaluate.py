@@ -5,6 +5,10 @@ each unit alone on the whole batch (``unit_throughput``; the best of them is "be
 and, over the best set of units that may run together, their sum is the physical limit of a data
 split), the even split and the seed's greedy split. With ``hybrid`` the operator-level plan over
 all units (``partuner tune``'s job) runs the whole batch as one more candidate.
+
+The exact split is made on curves that are linear between the sampled sizes; the sizes it
+chooses (and one item either side) are then timed and the split made again, up to
+:data:`REFINE_ROUNDS` times, so that it stands on measured sizes, not on interpolation.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 
 from partuner.batch.hybrid import HybridRun, run_hybrid
 from partuner.batch.model import BatchError, BatchModel
-from partuner.batch.profile import BatchProfile, profile_batches
+from partuner.batch.profile import BatchProfile, measure_sizes, profile_batches
 from partuner.batch.run import (
     RunnerCache,
     SplitRun,
@@ -39,6 +43,10 @@ from partuner.units import UnitSet
 __all__ = ["BatchResult", "evaluate_batch"]
 
 log = logging.getLogger(__name__)
+
+
+#: how many times the exact split is re-made after timing the sizes it chose
+REFINE_ROUNDS = 3
 
 
 @dataclass
@@ -164,8 +172,21 @@ def evaluate_batch(
     conflicts = conflicts_from_cores({u: units[u].cores for u in curves})
     try:
         exact = split_exact(batch, curves, conflicts)
+        # The curves are linear between sampled sizes, and a unit's cost per item can jump
+        # between them: time the sizes the split chose (and one more item each way, where the
+        # balance moves) and split again, until the split stands on measured sizes.
+        for _ in range(REFINE_ROUNDS):
+            near = {u: (b - 1, b, b + 1) for u, b in exact.sizes.items() if b > 0}
+            if not measure_sizes(
+                model, units, prof, near, store=store, budget_s=budget_s, min_repeats=min_repeats
+            ):
+                break
+            say(f"timed the sizes the split chose: {_fmt_sizes(exact)}; splitting again")
+            curves = prof.curves
+            exact = split_exact(batch, curves, conflicts)
     except BatchError as exc:
-        raise BatchError("; ".join([*notes, str(exc)])) from None
+        raise BatchError("; ".join([*prof.notes(), str(exc)])) from None
+    notes = prof.notes()
     splits = {
         "exact": exact,
         "greedy": split_greedy(batch, curves, conflicts, chunk=greedy_chunk),

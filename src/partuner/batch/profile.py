@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from partuner.batch.model import BatchModel
@@ -34,6 +34,7 @@ __all__ = [
     "LatencyCurve",
     "UnitFailure",
     "batch_signature",
+    "measure_sizes",
     "power_sizes",
     "profile_batches",
 ]
@@ -304,6 +305,39 @@ def profile_batches(
     for note in prof.notes():
         log.info("%s", note)
     return prof
+
+
+def measure_sizes(
+    model: BatchModel,
+    units: UnitSet,
+    prof: BatchProfile,
+    sizes: Mapping[str, Iterable[int]],
+    *,
+    store: ProfileStore | None = None,
+    budget_s: float = 0.5,
+    min_repeats: int = 5,
+) -> int:
+    """Time more batch sizes (``{unit: sizes}``) into ``prof`` and rebuild those units' curves;
+    sizes already in the table or at/above a unit's failing size are skipped. Returns how many
+    sizes were added."""
+    added = 0
+    for name, wanted in sizes.items():
+        rows = prof.table[name]
+        limit = prof.failures[name].batch if name in prof.failures else prof.max_batch + 1
+        for b in sorted(set(wanted)):
+            if b < 1 or b >= limit or b in rows:
+                continue
+            rows[b] = _measure(model, units, units[name], b, store, prof, budget_s, min_repeats)
+            added += 1
+            if rows[b].status != "ok":
+                prof.failures[name] = UnitFailure(name, b, rows[b].detail)
+                limit = b
+        good = sorted((b, m.median_us) for b, m in rows.items() if m.status == "ok" and b < limit)
+        if good:
+            prof.curves[name] = LatencyCurve(name, tuple(good), modeled=units[name].modeled)
+        else:
+            prof.curves.pop(name, None)
+    return added
 
 
 def _measure(

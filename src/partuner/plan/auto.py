@@ -221,7 +221,7 @@ class Auto(Scheduler):
                     best_name, best = f"{name}+local", got
 
         exact_run = self.runs.get("exact")
-        bound = lower_bound(problem)
+        bound = lower_bound(problem, partitions=True)
         if exact_run is not None and exact_run.schedule.lower_bound is not None:
             bound = max(bound, exact_run.schedule.lower_bound)
         tol = 1e-9 * max(1.0, best.plan.predicted_us)

@@ -122,10 +122,13 @@ def earliest_insertion(busy: Sequence[tuple[float, float]], ready: float, durati
     return max(ready, prev_end)
 
 
-def critical_path_bound(problem: Problem) -> float:
-    """The longest path through the DAG with each node at its minimum cost, transfers ignored.
+def critical_path_bound(problem: Problem, *, partitions: bool = False) -> float:
+    """The longest path through the DAG with each node at its minimum cost, transfers ignored;
+    with ``partitions``, plus the least call overhead of a unit.
 
-    No schedule can finish earlier: a path's nodes run one after another.
+    No schedule can finish earlier: a path's nodes run one after another. No plan can finish
+    earlier than that plus a call overhead: the partition holding the path's first node is
+    called before it runs.
 
     >>> from partuner.plan.problem import Problem, Edge
     >>> p = Problem(["a", "b", "c"], ["u"], {"a": {"u": 2}, "b": {"u": 3}, "c": {"u": 4}},
@@ -137,17 +140,34 @@ def critical_path_bound(problem: Problem) -> float:
     for n in problem.nodes:
         start = max((finish[p] for p in problem.preds(n)), default=0)
         finish[n] = start + min_cost(problem, n)
-    return max(finish.values(), default=0.0)
+    if not finish:
+        return 0.0
+    # the path's first partition pays its unit's call overhead before any of its nodes run
+    return max(finish.values()) + (_least_overhead(problem, width=False) if partitions else 0.0)
 
 
-def total_work_bound(problem: Problem) -> float:
+def _least_overhead(problem: Problem, width: bool) -> float:
+    """The least call overhead any unit charges a partition (times its resources if
+    ``width``): every plan has at least one partition."""
+    return min(
+        (
+            problem.call_overhead_us.get(u, 0.0) * (len(problem.resources_of(u)) if width else 1)
+            for u in problem.units
+        ),
+        default=0.0,
+    )
+
+
+def total_work_bound(problem: Problem, *, partitions: bool = False) -> float:
     """The least hardware-time the nodes need, divided by the hardware there is.
 
     A node on unit ``u`` occupies ``u``'s resources (``Problem.resources``; by default one of
     its own) for its cost, so it needs at least ``min_u cost[n][u] * |resources(u)|`` resource-µs;
     no schedule can finish before the sum of these over all nodes, divided by the number of
-    distinct resources. With one resource per unit this is the sum of the nodes' minimum costs
-    divided by the number of units.
+    distinct resources. With ``partitions`` (a bound on plans), the least call overhead times its
+    unit's resources is added to the sum: some partition is called. With one resource per unit
+    and no call overhead, this is the sum of the nodes' minimum costs divided by the number of
+    units.
 
     >>> from partuner.plan.problem import Problem
     >>> total_work_bound(Problem(["a", "b"], ["u", "v"], {"a": {"u": 2, "v": 9},
@@ -173,9 +193,17 @@ def total_work_bound(problem: Problem) -> float:
             ),
             default=0.0,
         )
+    if partitions and problem.nodes:
+        need += _least_overhead(problem, width=True)  # at least one partition is called
     return need / total
 
 
-def lower_bound(problem: Problem) -> float:
-    """The larger of :func:`critical_path_bound` and :func:`total_work_bound`."""
-    return float(max(critical_path_bound(problem), total_work_bound(problem)))
+def lower_bound(problem: Problem, *, partitions: bool = False) -> float:
+    """The larger of :func:`critical_path_bound` and :func:`total_work_bound`: a bound on
+    node-level schedules, or with ``partitions`` on the predicted latency of plans."""
+    return float(
+        max(
+            critical_path_bound(problem, partitions=partitions),
+            total_work_bound(problem, partitions=partitions),
+        )
+    )

@@ -222,7 +222,7 @@ def plan_from_schedule(problem: Problem, schedule: Schedule) -> Plan:
         scheduler=schedule.scheduler,
         status=schedule.status,
         predicted_us=max((p.end_us for p in parts), default=0.0),
-        lower_bound_us=lower_bound(problem),
+        lower_bound_us=max(schedule.lower_bound or 0.0, lower_bound(problem, partitions=True)),
         modeled=bool(used & problem.modeled),
     )
 

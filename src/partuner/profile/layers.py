@@ -10,8 +10,9 @@ those kernels back to ONNX nodes (:meth:`Unit.layer_times` gives each kernel wit
 may stand for):
 
 - a name that is a compute node's name, or a value's name (that value's producer), maps the
-  kernel to that node; a kernel may map to several nodes (OpenVINO lists every original layer a
-  fused kernel was made from);
+  kernel to that node, also with ``/Part`` segments after it (OpenVINO's
+  ``<node>/WithoutBiases``); a kernel may map to several nodes (OpenVINO lists every original
+  layer a fused kernel was made from);
 - a node no kernel names was fused into a neighbour (onnxruntime names a Conv+Relu kernel after
   the Relu's output): it joins the kernel of the next node of its chain (or, failing that, of
   the previous one);
@@ -72,10 +73,7 @@ def map_layers(
     for names, us in kernels:
         found: list[str] = []
         for k in names:
-            node = k if k in compute else None
-            if node is None and k in graph.values:
-                producer = graph.values[k].producer
-                node = producer if producer in compute else None
+            node = _resolve(graph, compute, k)
             if node is not None and node not in found:
                 found.append(node)
         members.append(found)
@@ -110,6 +108,23 @@ def map_layers(
         for n, x in zip(ms, w if ok else [1.0] * len(ms), strict=True):
             costs[n] = costs.get(n, 0.0) + float(us) * x / total
     return LayerMap(costs, mapped, unmapped, len(kernels))
+
+
+def _resolve(graph: ModelGraph, compute: set[str], name: str) -> str | None:
+    """The compute node ``name`` stands for: a node's name, a value's name (its producer), or
+    either followed by ``/Part`` segments a backend added (OpenVINO splits a Conv with a bias
+    into ``<node>/WithoutBiases`` and an Add)."""
+    for _ in range(3):
+        if name in compute:
+            return name
+        if name in graph.values:
+            producer = graph.values[name].producer
+            return producer if producer in compute else None
+        head, sep, _ = name.rpartition("/")
+        if not sep or not head:
+            return None
+        name = head
+    return None
 
 
 def _walk(start: str, step: object, home: Mapping[str, int], limit: int = 3) -> str | None:

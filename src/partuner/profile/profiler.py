@@ -69,6 +69,10 @@ Progress = Callable[[int, int, str], None]  # (done, total, what)
 
 OVERHEAD_SIG = "__call_overhead__"
 
+#: the least share of a per-layer profile's time that must map to ONNX nodes for the node
+#: costs to come from it (the rest is layout conversion at the model's edges and the like)
+MIN_MAPPED = 0.8
+
 
 @dataclass
 class UnitProfile:
@@ -348,7 +352,13 @@ def profile_model(
             if lm is not None and lm.status == "ok" and lm.detail:
                 kernels = [(tuple(k), float(t)) for k, t in json.loads(lm.detail)]
                 lmap = map_layers(graph, kernels, node_raw)
-                if not lmap.costs:
+                if lmap.mapped_us < MIN_MAPPED * lmap.total_us:
+                    log.info(
+                        "unit %s: only %.0f%% of its per-layer profile maps to the model's "
+                        "nodes; its node costs come from isolated times",
+                        names[0],
+                        100 * lmap.mapped_us / max(lmap.total_us, 1e-9),
+                    )
                     lmap = None
         scale = 1.0
         base = dict(node_raw)
