@@ -110,8 +110,7 @@ def plan_cmd(
     if compare and scheduler != "auto":
         plan = plans.get(scheduler) or make_plan(problem, scheduler, time_limit=time_limit)[0]
     lb = max(
-        [lower_bound(problem, partitions=True)]
-        + [p.lower_bound_us or 0.0 for p in plans.values()]
+        [lower_bound(problem, partitions=True)] + [p.lower_bound_us or 0.0 for p in plans.values()]
     )
     cp = critical_path_bound(problem)
     pf = _plan_file(plan, problem, g, us)
