@@ -129,3 +129,33 @@ def test_device_copy_times_a_call_per_size():
     got = tr.device_copy(OnnxruntimeUnit("cpu"), 0.0, (4096, 65536), budget_s=0.01)
     assert got is not None and set(got) == {4096, 65536}
     assert all(m.median_us >= 0 and m.count >= 5 for m in got.values())
+
+
+def test_units_sharing_cores_pay_a_measured_switch(monkeypatch, db):
+    calls = []
+
+    def fake_switch(a, b, rounds=10, calls_=10):
+        calls.append((a.name, b.name))
+        return Measurement(25.0, 20.0, 30.0, 10)
+
+    monkeypatch.setattr(tr, "switch_cost", fake_switch)
+    a = OnnxruntimeUnit("a", cores=[0])
+    b = OnnxruntimeUnit("b", cores=[0], optimization="basic")  # another fingerprint
+    c = OnnxruntimeUnit("c", cores=[1])
+    units = UnitSet([a, b, c])
+    names = ["a", "b", "c"]
+    fps = {u.name: u.fingerprint() for u in units}
+    sizes = (4096, 65536)
+    with ProfileStore(db) as store:
+        out = tr.profile_links(units, names, fps, set(names), {}, store, sizes=sizes)
+        again = tr.profile_links(units, names, fps, set(names), {}, store, sizes=sizes)
+    assert calls == [("a", "b")]  # only the pair that shares a core; stored after that
+    ab, ac = out.fits[("a", "b")], out.fits[("a", "c")]
+    assert ab.latency_us == pytest.approx(ac.latency_us + 25.0, abs=5.0)
+    assert again.links[("a", "b")] == out.links[("a", "b")]
+
+
+def test_switch_cost_is_per_switch_and_never_negative():
+    a, b = OnnxruntimeUnit("a", cores=[0]), OnnxruntimeUnit("b", cores=[0])
+    m = tr.switch_cost(a, b, rounds=2, calls=2)
+    assert m.count == 2 and m.median_us >= 0 and m.p10_us >= 0

@@ -16,6 +16,12 @@ Per pair of real units, for each size of :data:`LINK_SIZES`:
 - for each end that is not in host memory, **the device copy**: half of (running a Relu on a
   tensor of that size on the unit, minus the unit's no-op call), i.e. one upload or download.
 
+Two units that share cores (``cpuall`` and ``ovall`` beside ``cpu0``) never run at once, but
+handing work from one to the other costs more than a hand-off: one backend's thread pool winds
+down while the other's wakes. For such pairs the **switch** is measured too (:func:`switch_cost`:
+calls alternating between the two units against each unit's calls back to back) and added to
+every size's time.
+
 The points are fitted by least squares to ``latency_us + bytes / (gbps * 1e3)``
 (:func:`fit_link`); a slope within the measurements' spread means zero-copy (``gbps = inf``).
 Rows are stored as ``(fingerprint A, "__link__#<fp A>#<fp B>#<bytes>")`` with the two
@@ -52,6 +58,8 @@ __all__ = [
     "link_signature",
     "profile_links",
     "put_rows",
+    "switch_cost",
+    "switch_model",
 ]
 
 #: Tensor sizes (bytes) each link is measured at: 4 KiB .. 16 MiB.
@@ -179,6 +187,56 @@ def copy_model(nbytes: int) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+def switch_model() -> onnx.ModelProto:
+    """A Conv (32 -> 32 channels, 3x3, 56x56: a few hundred µs on two cores) whose call keeps a
+    unit's threads as busy as a partition's would."""
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor(
+        "w", TensorProto.FLOAT, [32, 32, 3, 3], rng.standard_normal(32 * 32 * 9).tolist()
+    )
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 56, 56])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 56, 56])
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="switch")
+    g = helper.make_graph([node], "switch", [x], [y], initializer=[w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def switch_signature(fp_a: str, fp_b: str) -> tuple[str, str]:
+    lo, hi = sorted((fp_a, fp_b))
+    return lo, f"__switch__#{lo}#{hi}"
+
+
+def switch_cost(a: Unit, b: Unit, rounds: int = 10, calls: int = 10) -> Measurement:
+    """The extra time of a call on ``b`` right after one on ``a`` (or back), per switch.
+
+    Each round times ``calls`` pairs alternating ``a, b`` (``2 * calls`` switches) and
+    ``calls`` calls on each unit alone, back to back; the extra per switch is
+    ``(alternating - a alone - b alone) / (2 * calls)``, at least 0. Rounds interleave the three
+    so a change in the machine's load hits them alike; the first round is warm-up.
+    """
+    model = switch_model()
+    feeds = {"x": np.random.default_rng(1).standard_normal((1, 32, 56, 56)).astype(np.float32)}
+    ra, rb = a.prepare(model), b.prepare(model)
+    try:
+
+        def timed(*runners: object) -> float:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                for r in runners:
+                    r.run(feeds)  # type: ignore[attr-defined]
+            return (time.perf_counter() - t0) * 1e6
+
+        extra = []
+        for r in range(rounds + 1):
+            alt, alone_a, alone_b = timed(ra, rb), timed(ra), timed(rb)
+            if r:
+                extra.append(max(alt - alone_a - alone_b, 0.0) / (2 * calls))
+    finally:
+        ra.close()
+        rb.close()
+    return _stats(extra)
+
+
 def device_copy(
     unit: Unit, call_us: float, sizes: Sequence[int] = LINK_SIZES, budget_s: float = 0.25
 ) -> dict[int, Measurement] | None:
@@ -294,6 +352,15 @@ def profile_links(
             if rows is None:
                 out.links[pair], out.sources[pair] = units.link(a, b), "default"
                 continue
+            if set(ua.cores or ()) & set(ub.cores or ()):  # never at once: a pool switch
+                sw = store.get(*switch_signature(fa, fb)) if store is not None else None
+                if sw is None and {a, b} <= local:
+                    sw = switch_cost(ua, ub)
+                    out.measured += 1
+                    if store is not None:
+                        store.put(*switch_signature(fa, fb), sw)
+                if sw is not None and sw.status == "ok":
+                    rows = combine_link(rows, {n: sw for n in rows})
             fit = fit_rows(rows)
             out.links[pair], out.sources[pair], out.fits[pair] = fit.link, "measured", fit
     return out
