@@ -50,7 +50,7 @@ def main() -> None:
     args = ap.parse_args()
     size = 56 if args.quick else 112
     batches = (8, 32) if args.quick else (32, 100)
-    repeat = 2 if args.quick else 5
+    repeat = 2 if args.quick else 12
     budget_s, min_repeats = (0.05, 2) if args.quick else (0.3, 3)
     db = Path(args.db) if args.db else temp_dir("partuner-batch-bench-") / "profiles.db"
     models = {
