@@ -63,6 +63,15 @@ SUITE = [
         "OpenVINO f32 on both cores).",
     ),
     (
+        "process_ab",
+        "process_ab_bench.py",
+        [],
+        "The plan (`auto`) against plain onnxruntime with 2 threads, each measured in a fresh "
+        "process that runs nothing else (in one process, one session's spinning thread pool "
+        "slows whatever runs next on the same cores): median of 3 alternating rounds of 100 runs, "
+        "with onnxruntime units only and with the default units.",
+    ),
+    (
         "profile",
         "profile_bench.py",
         [],
@@ -261,9 +270,35 @@ def write_results_md(runs: list[dict], quick: bool) -> Path:
         if r["name"] == "seed":
             for svg in sorted(FIGURES.glob("gantt-squeezenet-*.svg")):
                 lines += [f"![{svg.stem}](figures/{svg.name})", ""]
+    lines += cuda_section()
     path = DOCS / "results.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def cuda_section() -> list[str]:
+    """The last results of ``cuda_units_bench.py`` (it needs a CUDA GPU, so it is not run here)."""
+    path = RESULTS / "cuda_units.json"
+    if not path.exists():
+        return []
+    from cuda_units_bench import table
+
+    d = json.loads(path.read_text())
+    m = d["machine"]
+    return [
+        "## cuda_units",
+        "",
+        "A CPU and a CUDA GPU as units (onnxruntime's CPU and CUDA providers): the measured "
+        "host-device link, each unit alone and the plans of `auto`, `heft` and `static`, "
+        f"measured on a machine with an {m.get('gpu', 'CUDA GPU')} ({m['cores']} CPU cores; "
+        f"{d['cpu_threads']} CPU threads for `cpu`), onnxruntime {d['onnxruntime']}, "
+        f"{m['date']}. Not re-run by `run_all.py`: it needs a GPU.",
+        "",
+        "`benchmarks/cuda_units_bench.py` (results in `benchmarks/results/cuda_units.json`)",
+        "",
+        table(d),
+        "",
+    ]
 
 
 def update_readme(runs: list[dict]) -> None:

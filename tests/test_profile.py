@@ -92,7 +92,7 @@ def test_profile_reuses_the_store(branchy, units_file, db):
     # two identical units are measured once: signatures + no-op call + the model cut k ways
     # + onnxruntime's per-layer profile of the whole model
     n = len(branchy.compute_nodes)
-    chains = sum(1 if k == 1 else 2 for k in CHAIN_KS if k <= n)
+    chains = sum(2 for k in CHAIN_KS if k <= n)
     assert first.measured == first.signatures + 1 + chains + 1
     assert first.units["cpu0"].costs_from == "layers"
     assert first.reused == 0

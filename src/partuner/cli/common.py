@@ -89,7 +89,8 @@ def units_option(fn: F) -> F:
         "units_file",
         type=click.Path(dir_okay=False),
         default=None,
-        help="Units file (YAML). Default: one 1-thread onnxruntime unit per CPU core.",
+        help="Units file (YAML). Default: a 1-thread onnxruntime unit per CPU core, cpuall "
+        "(onnxruntime on all cores) and, with OpenVINO installed, ovall (OpenVINO f32).",
     )(fn)
 
 

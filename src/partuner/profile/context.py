@@ -7,8 +7,9 @@ copies outputs, and runs with colder caches. The fitted costs per unit are what
 ``partuner profile`` shows as "per partition" and "per MB crossing" (compare the no-op call).
 
 So each real unit runs the model cut into ``k`` consecutive chunks at random places
-(``k = 1, 4, 16, 32``; two cuts per ``k``), one after the other on that unit, and the medians
-are fitted by least squares (non-negative) to
+(``k = 1, 4, 16, 32``; two cuts per ``k``, and for ``k = 1`` the whole model twice: a run
+disturbed by a moment of load would otherwise skew every node cost, so the smaller counts), one
+after the other on that unit, and the medians are fitted by least squares (non-negative) to
 
     T = T_whole + per_partition_us * (k - 1) + per_byte_us * (bytes crossing the cuts)
 
@@ -101,7 +102,7 @@ def chain_cuts(graph: ModelGraph, digest: str) -> list[tuple[str, list[Partition
     for k in CHAIN_KS:
         if k > n:
             break
-        for trial in range(1 if k == 1 else 2):
+        for trial in range(2):  # k = 1 too: the whole-model time anchors every cost
             out.append((f"__chain__#{digest}#k{k}#t{trial}", _chunks(graph, k, rng)))
     return out
 
@@ -158,7 +159,7 @@ def fit_chain_costs(points: list[tuple[int, float, float]]) -> ChainFit | None:
     y = np.array([p[2] for p in points], dtype=float)
     whole = [p[2] for p in points if p[0] == 1]
     if len(points) < 3:
-        return ChainFit(whole[0] if whole else float(y.min()), 0.0, 0.0, tuple(points))
+        return ChainFit(min(whole) if whole else float(y.min()), 0.0, 0.0, tuple(points))
     best = None
     for cols in ((True, True), (True, False), (False, True), (False, False)):
         x = [np.ones_like(y)] + [c for c, use in zip((k, b), cols, strict=True) if use]
@@ -173,4 +174,4 @@ def fit_chain_costs(points: list[tuple[int, float, float]]) -> ChainFit | None:
             best = (resid, float(coef[0]), float(c_k), float(c_b))
     assert best is not None  # the constant-only model always qualifies
     _, base, c_k, c_b = best
-    return ChainFit(whole[0] if whole else base, c_k, c_b, tuple(points))
+    return ChainFit(min(whole) if whole else base, c_k, c_b, tuple(points))
