@@ -13,6 +13,9 @@ threads on as many cores) and ``gpu`` (onnxruntime's CUDA provider). For each zo
 
     python benchmarks/cuda_units_bench.py [--cpu-threads 8] [--repeat 50] [--out FILE]
 
+``--gpu-provider cpu --models squeezenet`` runs the same steps with both units on the CPU: a
+dry run of the script on a machine without a GPU (its figures say nothing about GPUs).
+
 Writes benchmarks/results/cuda_units.json (or ``--out``) and prints a markdown table.
 ``run_all.py`` does not run it (it needs a GPU); it shows the last results it finds.
 """
@@ -68,10 +71,13 @@ def main() -> None:
     ap.add_argument("--cpu-threads", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=50)
     ap.add_argument("--out", default=None, help="write the JSON here instead")
+    ap.add_argument("--gpu-provider", default="cuda", help="the gpu unit's provider (dry run: cpu)")
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated zoo names")
     args = ap.parse_args()
     import onnxruntime
 
-    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+    dry = args.gpu_provider.lower() != "cuda"
+    if not dry and "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
         print(
             f"skipped: onnxruntime {onnxruntime.__version__} offers "
             f"{onnxruntime.get_available_providers()}, no CUDAExecutionProvider"
@@ -82,13 +88,13 @@ def main() -> None:
         {
             "units": {
                 "cpu": {"backend": "onnxruntime", "threads": t, "cores": list(range(t))},
-                "gpu": {"backend": "onnxruntime", "provider": "cuda"},
+                "gpu": {"backend": "onnxruntime", "provider": args.gpu_provider},
             }
         }
     )
     work = temp_dir("partuner-cuda-bench-")
     rows = []
-    for name in MODELS:
+    for name in args.models.split(","):
         graph = load_model(zoo.build(name, image_size=224))
         with ProfileStore(work / "profiles.db") as store:
             prof = profile_model(graph, units, store=store, budget_s=0.2)
@@ -127,9 +133,9 @@ def main() -> None:
         "repeat": args.repeat,
         "rows": rows,
     }
-    if args.out:
-        Path(args.out).write_text(json.dumps(data, indent=1))
-        path = Path(args.out)
+    if args.out or dry:  # a dry run never takes the place of GPU results
+        path = Path(args.out or temp_dir("partuner-cuda-dry-") / "cuda_units.json")
+        path.write_text(json.dumps(data, indent=1))
     else:
         path = write_result("cuda_units", data)
     print(table(data))
