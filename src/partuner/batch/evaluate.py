@@ -9,11 +9,16 @@ all units (``partuner tune``'s job) runs the whole batch as one more candidate.
 The exact split is made on curves that are linear between the sampled sizes; the sizes it
 chooses (and one item either side) are then timed and the split made again, up to
 :data:`REFINE_ROUNDS` times, so that it stands on measured sizes, not on interpolation.
+
+The measured runs are spread over :data:`ROUNDS` rounds, each running every split and every
+unit alone, so that a change in the machine's load hits them alike; each figure is the median
+of its rounds' medians.
 """
 
 from __future__ import annotations
 
 import logging
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -23,6 +28,7 @@ from partuner.batch.model import BatchError, BatchModel
 from partuner.batch.profile import BatchProfile, measure_sizes, profile_batches
 from partuner.batch.run import (
     RunnerCache,
+    RunStats,
     SplitRun,
     batch_feeds,
     reference,
@@ -47,6 +53,8 @@ log = logging.getLogger(__name__)
 
 #: how many times the exact split is re-made after timing the sizes it chose
 REFINE_ROUNDS = 3
+#: rounds the measured runs are spread over (at least 3 runs each)
+ROUNDS = 3
 
 
 @dataclass
@@ -195,19 +203,32 @@ def evaluate_batch(
     feeds = batch_feeds(model, batch, seed)
     say("running the reference (onnxruntime CPU f32, whole batch)")
     ref = reference(model, feeds)
-    runs: dict[str, SplitRun] = {}
+    # Rounds: every split and every unit alone run in each round, so that a change in the
+    # machine's load hits them alike; each figure is the median of its rounds' medians.
+    rounds = max(1, min(ROUNDS, repeat // 3))
+    per_round = [repeat // rounds + (1 if i < repeat % rounds else 0) for i in range(rounds)]
+    first_of: dict[tuple, str] = {}  # identical splits are measured once
+    for method, split in splits.items():
+        first_of.setdefault(tuple(sorted(split.sizes.items())), method)
+    distinct = {m: first_of[tuple(sorted(sp.sizes.items()))] for m, sp in splits.items()}
+    split_rounds: dict[str, list[SplitRun]] = {m: [] for m in splits if distinct[m] == m}
+    alone_rounds: list[dict[str, dict[str, object]]] = []
     with RunnerCache(model, units) as runners:
-        for method, split in splits.items():
-            same = next((r for r in runs.values() if r.split.sizes == split.sizes), None)
-            if same is not None:  # identical split: measured once
-                runs[method] = replace(same, split=split)
-                continue
-            say(f"running the {method} split {_fmt_sizes(split)}")
-            runs[method], _ = run_split(
-                model, units, split, feeds, repeat=repeat, runners=runners, ref=ref
+        for r, n in enumerate(per_round):
+            for method in split_rounds:
+                if r == 0:
+                    say(f"running the {method} split {_fmt_sizes(splits[method])}")
+                run, _ = run_split(
+                    model, units, splits[method], feeds, repeat=n, runners=runners, ref=ref
+                )
+                split_rounds[method].append(run)
+            if r == 0:
+                say("running each unit alone on the whole batch")
+            alone_rounds.append(
+                unit_throughput(model, units, curves, feeds, repeat=n, runners=runners)
             )
-        say("running each unit alone on the whole batch")
-        alone = unit_throughput(model, units, curves, feeds, repeat=repeat, runners=runners)
+    runs = {m: replace(_merge(split_rounds[distinct[m]]), split=splits[m]) for m in splits}
+    alone = _merge_alone(alone_rounds)
     sets = conflict_free_sets(list(alone), conflicts)
     limit_units = max(sets, key=lambda s: sum(float(alone[u]["throughput"]) for u in s))
     hyb = None
@@ -215,6 +236,33 @@ def evaluate_batch(
         say("profiling and running the operator-level plan on the whole batch (--hybrid)")
         hyb = run_hybrid(model, units, batch, feeds, ref, store=store, repeat=repeat)
     return BatchResult(model.name, batch, prof, splits, runs, alone, limit_units, hyb, notes)
+
+
+def _merge(rounds: list[SplitRun]) -> SplitRun:
+    """One run of several rounds: the median of the rounds' medians, the widest spread."""
+    if len(rounds) == 1:
+        return rounds[0]
+    stats = [r.stats for r in rounds]
+    units = {u for s in stats for u in s.unit_us}
+    merged = RunStats(
+        statistics.median(s.median_us for s in stats),
+        min(s.p10_us for s in stats),
+        max(s.p90_us for s in stats),
+        sum(s.runs for s in stats),
+        {u: statistics.median(s.unit_us[u] for s in stats if u in s.unit_us) for u in units},
+    )
+    checks = [r.check for r in rounds]
+    check = next((c for c in checks if not c.passed), checks[-1])
+    return replace(rounds[-1], stats=merged, check=check)
+
+
+def _merge_alone(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Each unit alone over several rounds: the median of the rounds' medians."""
+    out = {}
+    for unit, first in rounds[0].items():
+        ms = statistics.median(float(r[unit]["median_ms"]) for r in rounds)
+        out[unit] = {**first, "median_ms": ms, "throughput": int(first["batch"]) / (ms / 1e3)}
+    return out
 
 
 def _fmt_sizes(split: Split) -> str:
