@@ -175,3 +175,56 @@ def test_fallback_runs_partitions_of_a_unit_that_cannot_prepare(branchy, tmp_pat
     assert [p.unit for p in parts] == ["cpu0", "npu"]  # the caller's partitions are untouched
     np.testing.assert_allclose(out, _reference(branchy, feeds)[branchy.outputs[0]], rtol=1e-5)
     assert not _partuner_threads()
+
+
+def _three_units(tmp_path):
+    path = tmp_path / "units.yaml"
+    path.write_text(
+        "units:\n"
+        "  cpu0: {backend: onnxruntime, cores: [0]}\n"
+        "  cpu1: {backend: onnxruntime, cores: [1]}\n"
+        "  both: {backend: onnxruntime, threads: 2, cores: [0, 1]}\n"
+    )
+    return load_units(path)
+
+
+def _alternate(graph, units_cycle):
+    names = [n.name for n in graph.compute_nodes]
+    return [
+        PartitionSpec(f"p{i}", units_cycle[i % len(units_cycle)], (n,)) for i, n in enumerate(names)
+    ]
+
+
+def test_units_that_share_cores_share_a_thread(branchy, tmp_path):
+    units = _three_units(tmp_path)
+    feeds = random_feeds(branchy, list(branchy.inputs), seed=4)
+    ref = _reference(branchy, feeds)
+    # cpu0 and both share core 0: one lane, the caller's thread, no worker at all
+    parts = cut(branchy, _alternate(branchy, ["cpu0", "both"]))
+    with Session(branchy, parts, units) as sess:
+        assert not _partuner_threads()
+        (out,) = sess.run(None, feeds)
+        assert {t.unit for t in sess.last_trace} == {"cpu0", "both"}
+    np.testing.assert_allclose(out, ref[branchy.outputs[0]], rtol=1e-5, atol=1e-5)
+    # cpu0 and cpu1 may run at once: two lanes (both joins the first it shares cores with)
+    parts = cut(branchy, _alternate(branchy, ["cpu0", "cpu1", "both"]))
+    with Session(branchy, parts, units) as sess:
+        assert len(_partuner_threads()) == 1
+        for _ in range(2):
+            (out,) = sess.run(None, feeds)
+        np.testing.assert_allclose(out, ref[branchy.outputs[0]], rtol=1e-5, atol=1e-5)
+        order = sorted(sess.last_trace, key=lambda t: t.start_s)
+        # no two partitions whose units share a core overlapped in time
+        for a in order:
+            for b in order:
+                if a is not b and {a.unit, b.unit} != {"cpu0", "cpu1"}:
+                    assert a.end_s <= b.start_s or b.end_s <= a.start_s
+    assert not _partuner_threads()
+
+
+def test_a_unit_order_against_the_data_is_refused(branchy, tmp_path):
+    units = _three_units(tmp_path)
+    specs = _alternate(branchy, ["cpu0"])[:2] + _alternate(branchy, ["cpu0"])[2:]
+    specs = [specs[1], specs[0], *specs[2:]]  # the consumer listed before its producer
+    with pytest.raises(PartunerError, match="cycle"):
+        Session(branchy, cut(branchy, specs), units)

@@ -3,7 +3,8 @@
 ``Session`` looks like onnxruntime's ``InferenceSession``: ``run(output_names, feeds)``.
 
 Each unit gets one long-lived worker thread (the caller's own thread serves the unit of the last
-partition) that runs that unit's partitions in plan order; a
+partition) that runs that unit's partitions in plan order; units that all share cores with each
+other (and so never run at the same time) share one thread, saving the hand-offs between them. A
 partition waits until every partition it reads from has finished, then runs. Tensors are handed
 from partition to partition as the same numpy arrays (units in one process share host memory; no
 copy is made). onnxruntime and OpenVINO release the GIL while they compute, so partitions on
@@ -185,21 +186,31 @@ class Session:
                 self._shared(a, b, units) for a in self._locks for b in self._locks if a < b
             ):
                 self._locks = {u: [] for u in self._locks}  # nothing shared: skip the locks
-            by_unit: dict[str, list[int]] = {}
-            for i, p in enumerate(self.partitions):
-                by_unit.setdefault(p.unit, []).append(i)
-            # The caller's thread runs the partitions of the unit that produces the last
-            # partition (often the first one's unit too): a one-unit plan needs no thread
-            # hand-off at all, and every plan saves the wake-ups at its start or end.
-            self._caller_unit = self.partitions[-1].unit if self.partitions else ""
-            self._caller_idxs = by_unit.pop(self._caller_unit, [])
-            for unit_name, idxs in by_unit.items():
+            # Lanes: units that share a core never run at the same time, so a set of units that
+            # all share cores with each other needs only one thread, which saves the thread
+            # hand-offs between them. Each lane runs its partitions in one global order that
+            # respects the data dependencies and each core's turns in plan order (as the
+            # prediction does), so no lane waits for a partition that waits for it.
+            order = self._order(units)
+            lane_of = self._lanes(units, [self.partitions[i].unit for i in order])
+            by_lane: dict[int, list[int]] = {}
+            for i in order:
+                by_lane.setdefault(lane_of[self.partitions[i].unit], []).append(i)
+            # The caller's thread runs the lane of the last partition (often the first one's
+            # unit too): a one-unit plan needs no thread hand-off at all, and every plan saves
+            # the wake-ups at its start or end.
+            last = order[-1] if order else None
+            caller = lane_of[self.partitions[last].unit] if last is not None else -1
+            self._caller_unit = self.partitions[last].unit if last is not None else ""
+            self._caller_idxs = by_lane.pop(caller, [])
+            for idxs in by_lane.values():
+                name = "+".join(dict.fromkeys(self.partitions[i].unit for i in idxs))
                 q: queue.SimpleQueue = queue.SimpleQueue()
-                self._queues[unit_name] = q
+                self._queues[name] = q
                 t = threading.Thread(
                     target=self._worker,
-                    args=(unit_name, idxs, q),
-                    name=f"partuner-{unit_name}",
+                    args=(name, idxs, q),
+                    name=f"partuner-{name}",
                     daemon=True,
                 )
                 t.start()
@@ -225,6 +236,53 @@ class Session:
     def _shared(a: str, b: str, units: UnitSet) -> bool:
         return bool(set(units[a].cores or ()) & set(units[b].cores or ()))
 
+    def _order(self, units: UnitSet) -> list[int]:
+        """Partitions in an order that respects their data dependencies and, per core, the
+        plan's order (the earliest in plan order first among those ready)."""
+        after: list[set[int]] = [set(d) for d in self._deps]
+        last: dict[object, int] = {}
+        for i, p in enumerate(self.partitions):
+            for r in units[p.unit].cores or (f"unit:{p.unit}",):
+                if r in last:
+                    after[i].add(last[r])
+                last[r] = i
+        waiting = [len(a) for a in after]
+        before: list[list[int]] = [[] for _ in self.partitions]
+        for i, a in enumerate(after):
+            for j in a:
+                before[j].append(i)
+        ready = sorted(i for i, w in enumerate(waiting) if w == 0)
+        order: list[int] = []
+        while ready:
+            i = ready.pop(0)
+            order.append(i)
+            for k in before[i]:
+                waiting[k] -= 1
+                if waiting[k] == 0:
+                    ready.append(k)
+            ready.sort()
+        if len(order) < len(self.partitions):
+            raise PartunerError(
+                "the plan's partitions depend on each other in a cycle (counting each unit's "
+                "order); re-plan"
+            )
+        return order
+
+    def _lanes(self, units: UnitSet, unit_order: list[str]) -> dict[str, int]:
+        """A lane (thread) per group of units that pairwise share a core (first fit)."""
+        lanes: list[list[str]] = []
+        lane_of: dict[str, int] = {}
+        for u in dict.fromkeys(unit_order):
+            for k, members in enumerate(lanes):
+                if all(self._shared(u, m, units) for m in members):
+                    members.append(u)
+                    lane_of[u] = k
+                    break
+            else:
+                lane_of[u] = len(lanes)
+                lanes.append([u])
+        return lane_of
+
     # -- worker side -----------------------------------------------------------------------
     def _worker(self, unit: str, idxs: list[int], q: queue.SimpleQueue) -> None:
         while True:
@@ -246,7 +304,7 @@ class Session:
                     return d
             if run.aborted.is_set():
                 return None
-            held = self._locks.get(unit, ())
+            held = self._locks.get(part.unit, ())
             try:
                 for lock in held:
                     lock.acquire()
@@ -260,7 +318,7 @@ class Session:
                 for v in part.outputs:
                     run.values[v] = outs[v]
                 run.ends[i] = t1 - run.t0
-                run.trace.append(PartitionTrace(part.name, unit, t0 - run.t0, t1 - run.t0))
+                run.trace.append(PartitionTrace(part.name, part.unit, t0 - run.t0, t1 - run.t0))
                 for v, d in self._handoffs[i]:  # kept raw: built on demand, off the hot path
                     nbytes = getattr(run.values[v], "nbytes", 0)
                     run.transfers.append((v, nbytes, d, i, t0 - run.t0))
