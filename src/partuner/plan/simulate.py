@@ -10,7 +10,7 @@ crossing between two partitions is moved once.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,11 +35,7 @@ class Timing:
         return max(self.end_us.values(), default=0.0)
 
 
-def simulate(
-    problem: Problem,
-    partitions: Sequence[Partition],
-    durations: Mapping[str, float] | None = None,
-) -> Timing:
+def simulate(problem: Problem, partitions: Sequence[Partition]) -> Timing:
     """Predict when each partition runs.
 
     Each unit runs its partitions one at a time in list order. A partition starts once its unit
@@ -47,8 +43,7 @@ def simulate(
     plus the transfer, over the link between their units, of the bytes crossing (each distinct
     value once; nothing between partitions of one unit). It runs for :func:`partition_cost`:
     its unit's call overhead, the boundary cost of the bytes it reads from other partitions,
-    and its nodes' costs, less the savings of fused groups it runs whole; or, where
-    ``durations`` names the partition, that many µs (a measured time). Units that share
+    and its nodes' costs, less the savings of fused groups it runs whole. Units that share
     hardware take turns in list order.
 
     Raises
@@ -88,11 +83,7 @@ def simulate(
             ready = max(ready, arrive)
         start[p] = ready
         in_bytes = sum(sum(crossing.get((q, p), {}).values()) for q in after[p])
-        name = partitions[p].name
-        if durations is not None and name in durations:
-            end[p] = ready + durations[name]
-        else:
-            end[p] = ready + partition_cost(problem, unit, partitions[p].nodes, in_bytes)
+        end[p] = ready + partition_cost(problem, unit, partitions[p].nodes, in_bytes)
     return Timing(
         start_us={partitions[i].name: start[i] for i in range(len(partitions))},
         end_us={partitions[i].name: end[i] for i in range(len(partitions))},
