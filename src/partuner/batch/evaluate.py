@@ -170,7 +170,6 @@ def evaluate_batch(
     prof = profile_batches(
         model, units, batch, store=store, budget_s=budget_s, min_repeats=min_repeats
     )
-    notes = prof.notes()
     curves = prof.curves
     if not curves:
         raise BatchError(
