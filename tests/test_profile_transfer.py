@@ -159,3 +159,20 @@ def test_switch_cost_is_per_switch_and_never_negative():
     a, b = OnnxruntimeUnit("a", cores=[0]), OnnxruntimeUnit("b", cores=[0])
     m = tr.switch_cost(a, b, rounds=2, calls=2)
     assert m.count == 2 and m.median_us >= 0 and m.p10_us >= 0
+
+
+def test_a_switch_is_measured_once_per_fingerprint_pair_without_a_store(monkeypatch):
+    calls = []
+
+    def fake_switch(a, b, rounds=10, calls_=10):
+        calls.append((a.name, b.name))
+        return Measurement(10.0, 8.0, 12.0, 10)
+
+    monkeypatch.setattr(tr, "switch_cost", fake_switch)
+    both = OnnxruntimeUnit("both", threads=2, cores=[0, 1])
+    units = UnitSet([OnnxruntimeUnit("c0", cores=[0]), OnnxruntimeUnit("c1", cores=[1]), both])
+    names = ["c0", "c1", "both"]
+    fps = {u.name: u.fingerprint() for u in units}
+    out = tr.profile_links(units, names, fps, set(names), {}, None, sizes=(4096,))
+    assert calls == [("c0", "both")]  # c1 has c0's fingerprint: the same switch
+    assert out.links[("c0", "both")] == out.links[("c1", "both")]

@@ -327,6 +327,7 @@ def profile_links(
     out = LinkProfile({}, {}, {})
     hand: dict[int, Measurement] | None = None
     copies: dict[str, dict[int, Measurement] | None] = {}
+    switches: dict[tuple[str, str], Measurement] = {}
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
             pair = (a, b)
@@ -353,12 +354,15 @@ def profile_links(
                 out.links[pair], out.sources[pair] = units.link(a, b), "default"
                 continue
             if set(ua.cores or ()) & set(ub.cores or ()):  # never at once: a pool switch
-                sw = store.get(*switch_signature(fa, fb)) if store is not None else None
+                key = switch_signature(fa, fb)
+                sw = switches.get(key) or (store.get(*key) if store is not None else None)
                 if sw is None and {a, b} <= local:
                     sw = switch_cost(ua, ub)
                     out.measured += 1
                     if store is not None:
-                        store.put(*switch_signature(fa, fb), sw)
+                        store.put(*key, sw)
+                if sw is not None:
+                    switches[key] = sw  # equal fingerprints share it, with or without a store
                 if sw is not None and sw.status == "ok":
                     rows = combine_link(rows, {n: sw for n in rows})
             fit = fit_rows(rows)
