@@ -172,7 +172,7 @@ def without_overheads(p: Problem) -> Problem:
 
 
 # schedulers that plan with partition-aware delays (Problem.cut_us) and so may keep idle time
-IDLE_KEEPING = {"exact", "auto"}
+IDLE_KEEPING = {"exact", "pexact", "auto"}
 
 
 # -- properties ------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from partuner.plan.partitions import (
     plan_from_schedule,
     simulate,
 )
+from partuner.plan.pexact import PartitionExact
 from partuner.plan.problem import Edge, FusedGroup, Link, Problem
 from partuner.plan.registry import Scheduler, get_scheduler, register, scheduler_names
 from partuner.plan.schedule import Schedule, Slot
@@ -58,6 +59,7 @@ __all__ = [
     "NestCRepaired",
     "ParallelGroup",
     "Partition",
+    "PartitionExact",
     "Plan",
     "Problem",
     "Schedule",

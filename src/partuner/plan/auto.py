@@ -3,8 +3,9 @@
 Schedulers optimise a node-level model; what a plan costs is its partition simulation
 (:func:`~partuner.plan.partitions.plan_from_schedule`: call overheads, boundary costs, a
 partition's outputs leaving only when it ends, fused groups). ``auto`` therefore runs every
-registered scheduler, judges each by its plan's predicted latency, and then improves the best
-one by moving partitions and boundary nodes between units, re-simulating each move.
+registered scheduler (the partition-level exact one, ``pexact``, optimises that cost itself),
+judges each by its plan's predicted latency, and then improves the best one by moving
+partitions and boundary nodes between units, re-simulating each move.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from partuner.plan.exact import (
 )
 from partuner.plan.memory import overflow
 from partuner.plan.partitions import Plan, plan_from_schedule
+from partuner.plan.pexact import PartitionExact
 from partuner.plan.problem import Problem
 from partuner.plan.registry import Scheduler, get_scheduler, register
 from partuner.plan.schedule import Schedule, Slot
@@ -150,10 +152,12 @@ def improve(problem: Problem, start: Run, deadline: float, name: str) -> Run:
 class Auto(Scheduler):
     """The best of every registered scheduler by predicted latency, then improved locally.
 
-    1. Each heuristic (every registered scheduler but ``auto`` and ``exact``) runs; its schedule
-       is cut into partitions and simulated (``plan_from_schedule(...).predicted_us``).
-    2. ``exact`` (CP-SAT, when OR-Tools is installed) runs with ``exact_share`` (70 %) of the
-       remaining budget, warm-started from those schedules.
+    1. Each heuristic (every registered scheduler but ``auto``, ``exact`` and ``pexact``) runs;
+       its schedule is cut into partitions and simulated (``plan_from_schedule(...)``).
+    2. When OR-Tools is installed: ``exact`` (node-level CP-SAT) with ``exact_share`` (20 %)
+       of the remaining budget, then ``pexact`` (partition-level CP-SAT,
+       :mod:`partuner.plan.pexact`) with ``pexact_share`` (85 %) of what is left, each
+       warm-started from the schedules so far.
     3. From the three best plans, a hill climb (:func:`improve`) moves whole partitions, chains
        of nodes (branches) and partition-boundary nodes to other units, which also merges
        neighbouring partitions, keeping each move that lowers the re-simulated latency
@@ -162,11 +166,11 @@ class Auto(Scheduler):
 
     The result is never worse than any scheduler run. ``time_limit`` (default 10 s) bounds the
     whole. ``lower_bound`` is the best bound proven on the predicted latency of any plan
-    (exact's, see :mod:`partuner.plan.exact`, else :func:`~partuner.plan.common.lower_bound`),
-    so it can exceed the returned schedule's node-level ``makespan``. ``status`` is
-    ``"optimal"`` only when the predicted latency meets that proven bound (no fused groups):
-    exact's node-level optimum alone proves nothing about the partitioned plan. Else
-    ``"feasible"`` when the result comes from exact, ``"heuristic"`` otherwise.
+    (pexact's or exact's, else :func:`~partuner.plan.common.lower_bound`), so it can exceed
+    the returned schedule's node-level ``makespan``. ``status`` is ``"optimal"`` only when the
+    predicted latency meets that proven bound (no fused groups): exact's node-level optimum
+    alone proves nothing about the partitioned plan. Else ``"feasible"`` when the result
+    comes from exact or pexact, ``"heuristic"`` otherwise.
 
     After :meth:`schedule`, ``runs`` holds each scheduler's :class:`Run` by name (the local
     search's as ``"<start>+local"`` when it helped), ``errors`` why the others gave none, and
@@ -175,8 +179,15 @@ class Auto(Scheduler):
 
     name = "auto"
 
-    def __init__(self, *, exact_share: float = 0.7, workers: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        exact_share: float = 0.2,
+        pexact_share: float = 0.85,
+        workers: int | None = None,
+    ) -> None:
         self.exact_share = exact_share
+        self.pexact_share = pexact_share
         self.workers = workers
         self.runs: dict[str, Run] = {}
         self.errors: dict[str, str] = {}
@@ -203,6 +214,10 @@ class Auto(Scheduler):
             hints = [r.schedule for r in self.runs.values()]
             exact = Exact(workers=self.workers)
             self._run(problem, "exact", partial(exact.solve, time_limit=left, hints=hints))
+            left = max(0.0, deadline - time.monotonic()) * self.pexact_share
+            hints = [r.schedule for r in self.runs.values()]
+            pexact = PartitionExact(workers=self.workers)
+            self._run(problem, "pexact", partial(pexact.solve, time_limit=left, hints=hints))
         else:
             log.info("auto: OR-Tools is not installed; skipping the exact scheduler")
 
@@ -220,19 +235,22 @@ class Auto(Scheduler):
                 if _rank(got) < _rank(best):
                     best_name, best = f"{name}+local", got
 
-        exact_run = self.runs.get("exact")
         bound = lower_bound(problem, partitions=True)
-        if exact_run is not None and exact_run.schedule.lower_bound is not None:
-            bound = max(bound, exact_run.schedule.lower_bound)
+        for solver in ("exact", "pexact"):
+            run = self.runs.get(solver)
+            if run is not None and run.schedule.lower_bound is not None:
+                bound = max(bound, run.schedule.lower_bound)
         tol = 1e-9 * max(1.0, best.plan.predicted_us)
         if best.plan.predicted_us <= bound + tol and group_slack(problem) == 0:
             status = "optimal"  # the plan meets a bound no plan can beat: a proof
-        elif best_name.startswith("exact"):
+        elif best_name.startswith(("exact", "pexact")):
             status = "feasible"
         else:
             status = "heuristic"
         self.chosen = best_name
-        return Schedule(dict(best.schedule.slots), self.name, status, bound)
+        return Schedule(
+            dict(best.schedule.slots), self.name, status, bound, best.schedule.partitions
+        )
 
     def _run(self, problem: Problem, name: str, scheduler: Callable[[Problem], Schedule]) -> None:
         t0 = time.perf_counter()

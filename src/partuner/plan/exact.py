@@ -90,7 +90,7 @@ DEFAULT_MAX_NODES = 60
 DEFAULT_REGION_NODES = 25
 
 # Registered names that are not quick heuristics (to warm-start from) or that call us.
-NOT_HEURISTICS = frozenset({"auto", "exact", "brute", "brute_force", "oracle"})
+NOT_HEURISTICS = frozenset({"auto", "exact", "pexact", "brute", "brute_force", "oracle"})
 
 # Rounding down to ticks tolerates this much float noise (in ticks) per rounded quantity.
 _EPS_TICKS = 1e-6

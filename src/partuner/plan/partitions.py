@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from partuner.errors import InfeasiblePlanError
+from partuner.errors import InfeasiblePlanError, PartitionCycleError
 from partuner.plan.common import lower_bound
 from partuner.plan.memory import overflow
 from partuner.plan.problem import Problem
@@ -213,8 +213,9 @@ class Plan:
 
 
 def plan_from_schedule(problem: Problem, schedule: Schedule) -> Plan:
-    """Cut ``schedule`` into partitions and predict their latency."""
-    parts = make_partitions(problem, schedule)
+    """Cut ``schedule`` into partitions (its own ``partitions`` when it lists them and they
+    run) and predict their latency."""
+    parts = _own_partitions(problem, schedule) or make_partitions(problem, schedule)
     used = {p.unit for p in parts}
     return Plan(
         partitions=parts,
@@ -225,6 +226,57 @@ def plan_from_schedule(problem: Problem, schedule: Schedule) -> Plan:
         lower_bound_us=max(schedule.lower_bound or 0.0, lower_bound(problem, partitions=True)),
         modeled=bool(used & problem.modeled),
     )
+
+
+def _own_partitions(problem: Problem, schedule: Schedule) -> list[Partition] | None:
+    """The partitions ``schedule`` lists, timed, or None when it lists none, or lists some
+    that do not cover its slots or cannot run in that order (then the slots are cut anew)."""
+    if not schedule.partitions:
+        return None
+    schedule.validate(problem)
+    slots = schedule.slots
+    parts = []
+    for i, nodes in enumerate(schedule.partitions):
+        units = {slots[n].unit for n in nodes if n in slots}
+        if len(units) != 1:
+            return None
+        parts.append(Partition(f"p{i}", units.pop(), tuple(nodes)))
+    try:
+        timing = simulate(problem, parts)
+    except (InfeasiblePlanError, PartitionCycleError):
+        return None
+    # list them in a topological order (data, and each resource's turns), earliest first
+    part_of = {n: i for i, p in enumerate(parts) for n in p.nodes}
+    out: list[set[int]] = [set() for _ in parts]
+    for e in problem.edges:
+        if part_of[e.src] != part_of[e.dst]:
+            out[part_of[e.src]].add(part_of[e.dst])
+    last: dict[str, int] = {}
+    for i, p in enumerate(parts):
+        for r in problem.resources_of(p.unit):
+            if r in last:
+                out[last[r]].add(i)
+            last[r] = i
+    indegree = [0] * len(parts)
+    for targets in out:
+        for j in targets:
+            indegree[j] += 1
+    heap = [(timing.start_us[p.name], i) for i, p in enumerate(parts) if indegree[i] == 0]
+    heapq.heapify(heap)
+    ordered: list[Partition] = []
+    while heap:
+        i = heapq.heappop(heap)[1]
+        p = parts[i]
+        ordered.append(
+            Partition(
+                f"p{len(ordered)}", p.unit, p.nodes, timing.start_us[p.name], timing.end_us[p.name]
+            )
+        )
+        for j in out[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                heapq.heappush(heap, (timing.start_us[parts[j].name], j))
+    return ordered
 
 
 def plan_from_assignment(

@@ -34,13 +34,17 @@ class Schedule:
 
     ``status`` is ``"heuristic"`` for list schedulers, ``"optimal"`` or ``"feasible"`` for exact
     solvers (proved optimal, or stopped at a time limit); ``lower_bound`` bounds the makespan of
-    any schedule of the problem from below, when known.
+    any schedule of the problem from below, when known. ``partitions``, when a scheduler
+    decides them itself, lists the nodes of each partition in run order, partitions in an
+    order they can run in (each unit's in turn); else they are cut from the slots
+    (:func:`~partuner.plan.partitions.make_partitions`).
     """
 
     slots: dict[str, Slot]
     scheduler: str
     status: str = "heuristic"
     lower_bound: float | None = None
+    partitions: list[tuple[str, ...]] | None = None
 
     @property
     def makespan(self) -> float:
