@@ -49,9 +49,10 @@ SUITE = [
     (
         "plan",
         "plan_bench.py",
-        ["--time-limit", "10"],
+        ["--time-limit", "60"],
         "Every scheduler's predicted latency (ratio to the best proven lower bound, solve time) on "
-        "two real CPU units and on CPU + 1, 2 or 4 modeled conv-only NPUs. Planning only.",
+        "two real CPU units and on CPU + 1, 2 or 4 modeled conv-only NPUs, each scheduler given "
+        "60 s. Planning only.",
     ),
     (
         "runtime",
@@ -325,7 +326,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", help="comma-separated benchmark names")
-    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per benchmark")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per benchmark")
     args = ap.parse_args()
     only = set(args.only.split(",")) if args.only else None
     FIGURES.mkdir(parents=True, exist_ok=True)

@@ -253,3 +253,18 @@ def test_schedule_partitions_are_honoured_or_recut() -> None:
     # a list that misses a node is not a plan: the slots are cut as usual
     bad = Schedule(dict(s.slots), "mine", partitions=[("a", "b"), ("d", "e")])
     assert [q.nodes for q in plan_from_schedule(p, bad).partitions] == [tuple(p.nodes)]
+
+
+def test_merging_drops_calls_that_buy_nothing() -> None:
+    from partuner.plan.pexact import merge_partitions
+
+    p = boundary_problem()
+    cut_up = [("u", ["a"]), ("u", ["b"]), ("u", ["c"]), ("u", ["d"]), ("u", ["e"])]
+    before = simulate(p, [Partition(f"p{i}", u, tuple(ns)) for i, (u, ns) in enumerate(cut_up)])
+    merged = merge_partitions(p, cut_up)
+    after = simulate(p, [Partition(f"p{i}", u, tuple(ns)) for i, (u, ns) in enumerate(merged)])
+    assert merged == [("u", ["a", "b", "c", "d", "e"])]
+    assert after.makespan_us < before.makespan_us
+    # u's two partitions cannot merge: the second waits for c on v, which waits for the first
+    apart = [("u", ["a", "b"]), ("v", ["c"]), ("u", ["d", "e"])]
+    assert merge_partitions(p, apart) == apart

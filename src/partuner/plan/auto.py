@@ -154,9 +154,9 @@ class Auto(Scheduler):
 
     1. Each heuristic (every registered scheduler but ``auto``, ``exact`` and ``pexact``) runs;
        its schedule is cut into partitions and simulated (``plan_from_schedule(...)``).
-    2. When OR-Tools is installed: ``exact`` (node-level CP-SAT) with ``exact_share`` (20 %)
+    2. When OR-Tools is installed: ``exact`` (node-level CP-SAT) with ``exact_share`` (10 %)
        of the remaining budget, then ``pexact`` (partition-level CP-SAT,
-       :mod:`partuner.plan.pexact`) with ``pexact_share`` (85 %) of what is left, each
+       :mod:`partuner.plan.pexact`) with ``pexact_share`` (90 %) of what is left, each
        warm-started from the schedules so far.
     3. From the three best plans, a hill climb (:func:`improve`) moves whole partitions, chains
        of nodes (branches) and partition-boundary nodes to other units, which also merges
@@ -182,8 +182,8 @@ class Auto(Scheduler):
     def __init__(
         self,
         *,
-        exact_share: float = 0.2,
-        pexact_share: float = 0.85,
+        exact_share: float = 0.1,
+        pexact_share: float = 0.9,
         workers: int | None = None,
     ) -> None:
         self.exact_share = exact_share

@@ -245,7 +245,17 @@ def _own_partitions(problem: Problem, schedule: Schedule) -> list[Partition] | N
         timing = simulate(problem, parts)
     except (InfeasiblePlanError, PartitionCycleError):
         return None
-    # list them in a topological order (data, and each resource's turns), earliest first
+    return [
+        Partition(
+            f"p{k}", parts[i].unit, parts[i].nodes, timing.start_us[f"p{i}"], timing.end_us[f"p{i}"]
+        )
+        for k, i in enumerate(run_order(problem, parts, timing))
+    ]
+
+
+def run_order(problem: Problem, parts: list[Partition], timing: Timing) -> list[int]:
+    """Indices of ``parts`` (which :func:`simulate` ran as ``timing``) in a topological order of
+    their data and of each resource's turns (list order), earliest start first."""
     part_of = {n: i for i, p in enumerate(parts) for n in p.nodes}
     out: list[set[int]] = [set() for _ in parts]
     for e in problem.edges:
@@ -263,20 +273,15 @@ def _own_partitions(problem: Problem, schedule: Schedule) -> list[Partition] | N
             indegree[j] += 1
     heap = [(timing.start_us[p.name], i) for i, p in enumerate(parts) if indegree[i] == 0]
     heapq.heapify(heap)
-    ordered: list[Partition] = []
+    order: list[int] = []
     while heap:
         i = heapq.heappop(heap)[1]
-        p = parts[i]
-        ordered.append(
-            Partition(
-                f"p{len(ordered)}", p.unit, p.nodes, timing.start_us[p.name], timing.end_us[p.name]
-            )
-        )
+        order.append(i)
         for j in out[i]:
             indegree[j] -= 1
             if indegree[j] == 0:
                 heapq.heappush(heap, (timing.start_us[parts[j].name], j))
-    return ordered
+    return order
 
 
 def plan_from_assignment(

@@ -51,7 +51,7 @@ from partuner.plan.common import lower_bound
 from partuner.plan.decompose import Region, regions
 from partuner.plan.exact import _cp_model, group_slack, heuristic_schedules
 from partuner.plan.memory import overflow
-from partuner.plan.partitions import Partition, plan_from_schedule, simulate
+from partuner.plan.partitions import Partition, plan_from_schedule, run_order, simulate
 from partuner.plan.problem import Problem
 from partuner.plan.registry import Scheduler, register
 from partuner.plan.schedule import Schedule, Slot
@@ -99,6 +99,7 @@ def solve_region(
     exit_unit: str | None = None,
     time_limit: float,
     hints: Iterable[Mapping[str, str]] = (),
+    mirrored: frozenset[str] = frozenset(),
     tick_us: float = TICK_US,
     workers: int = 1,
     seed: int = 0,
@@ -106,7 +107,10 @@ def solve_region(
     """Solve the partition-level model of ``region`` (see :func:`partuner.plan.decompose.regions`):
     its entry node (if any) ends at time 0 on ``entry_unit``, its exit on ``exit_unit`` (either
     unit left to the solver when None). ``hints`` are assignments to warm-start from, the best
-    first. None when the solver found no plan in time (then nothing is proven)."""
+    first. ``mirrored`` are units the first node (the entry, else the first of ``region``) need
+    not try when free: each mirrors another unit it can run on (:func:`interchangeable`), so
+    every solution has a mirror image that avoids them. None when the solver found no plan in
+    time (then nothing is proven)."""
     cp_model = _cp_model()
     m = cp_model.CpModel()
     entry = region.entry
@@ -120,6 +124,8 @@ def solve_region(
     if entry is not None:
         run[entry] = [entry_unit] if entry_unit is not None else problem.runnable_units(entry)
         every = [entry, *nodes]
+    run[every[0]] = [u for u in run[every[0]] if u not in mirrored] or run[every[0]]
+    if entry is not None:
         origin = max(overhead[u] for u in run[entry]) + 1  # room for the entering partition
     horizon = origin + sum(max(_ticks(problem.cost[n][u], tick_us) for u in run[n]) for n in nodes)
     horizon += sum(
@@ -313,15 +319,21 @@ def solve_plan(
     free: dict[int, RegionSolution | None] = {}
     swaps = interchangeable(problem)
 
-    def solve(k: int, a: str | None, b: str | None, limit: float) -> RegionSolution | None:
+    mirrors = frozenset(v for _, v in swaps)
+
+    def solve(
+        k: int, a: str | None, b: str | None, limit: float, free: bool = False
+    ) -> RegionSolution | None:
         t0 = time.monotonic()
+        mine = solved.get((k, a, b))  # a solution found before starts this solve
         sol = solve_region(
             problem,
             parts[k],
             entry_unit=a,
             exit_unit=b,
             time_limit=limit,
-            hints=hints,
+            hints=[mine.assignment, *hints] if mine is not None else hints,
+            mirrored=mirrors if free else frozenset(),
             tick_us=tick_us,
             workers=workers,
             seed=seed,
@@ -360,7 +372,7 @@ def solve_plan(
     weight = {k: len(r.nodes) for k, r in enumerate(parts)}
     budget = max(0.0, deadline - time.monotonic()) * (0.5 if len(problem.units) > 1 else 1.0)
     for k in range(len(parts)):
-        free[k] = sol = solve(k, None, None, budget * weight[k] / sum(weight.values()))
+        free[k] = sol = solve(k, None, None, budget * weight[k] / sum(weight.values()), True)
         if sol is not None:
             settle(k, sol, pinned=False)
     pinned = [
@@ -494,6 +506,47 @@ def _assemble(
     return out
 
 
+def merge_partitions(
+    problem: Problem, parts: Sequence[tuple[str, Sequence[str]]], deadline: float = math.inf
+) -> list[tuple[str, list[str]]]:
+    """Merge each partition into the one its unit runs before it wherever the predicted
+    latency does not grow (the model does not charge a call's overhead as busy time, so its
+    plans may cut a unit's work more often than it pays), until no merge is left or
+    ``deadline`` (:func:`time.monotonic`) passes.
+
+    Raises
+    ------
+    PartitionCycleError
+        ``parts`` cannot run in this order.
+    """
+    out = [(u, list(ns)) for u, ns in parts]
+
+    def latency(cand: list[tuple[str, list[str]]]) -> float:
+        return simulate(
+            problem, [Partition(f"p{i}", u, tuple(ns)) for i, (u, ns) in enumerate(cand)]
+        ).makespan_us
+
+    best = latency(out)
+    merged = True
+    while merged and time.monotonic() < deadline:
+        merged = False
+        last: dict[str, int] = {}
+        for j, (unit, _) in enumerate(out):
+            i = last.get(unit)
+            last[unit] = j
+            if i is None:
+                continue
+            cand = [*out[:i], (unit, out[i][1] + out[j][1]), *out[i + 1 : j], *out[j + 1 :]]
+            try:
+                got = latency(cand)
+            except PartunerError:  # the merged partition would wait for its own outputs
+                continue
+            if got <= best * (1 + 1e-12):
+                out, best, merged = cand, got, True
+                break
+    return out
+
+
 def schedule_of_parts(
     problem: Problem, parts: Sequence[tuple[str, Sequence[str]]], name: str
 ) -> tuple[Schedule, float]:
@@ -510,7 +563,8 @@ def schedule_of_parts(
     part_of = {n: i for i, (_, ns) in enumerate(parts) for n in ns}
     slots: dict[str, Slot] = {}
     free: dict[str, float] = {}  # per hardware resource
-    for i, (unit, members) in enumerate(parts):
+    for i in run_order(problem, partitions, timing):
+        unit, members = parts[i]
         res = problem.resources_of(unit)
         inside = set(members)
         read: dict[Hashable, float] = {}
@@ -599,7 +653,8 @@ class PartitionExact(Scheduler):
         bound = max(bound, sol.bound_us - group_slack(problem))
         if sol.parts is not None:
             try:
-                sched, latency = schedule_of_parts(problem, sol.parts, self.name)
+                merged = merge_partitions(problem, sol.parts, deadline + 0.1 * budget)
+                sched, latency = schedule_of_parts(problem, merged, self.name)
                 if overflow(problem, sched.assignment) is None:
                     best = (latency, sched)
             except PartunerError as exc:  # the relaxation's partitions cannot run as listed
