@@ -1,0 +1,258 @@
+"""The partition-level CP-SAT model of one region, the heart of :mod:`partuner.plan.pexact`.
+
+What a plan costs is its partition simulation (:mod:`partuner.plan.simulate`): a partition
+starts when all its inputs have arrived, pays its unit's call overhead and the boundary cost of
+every value it reads from another partition (same unit or not), and its outputs leave only when
+it ends. The node-level model of :mod:`partuner.plan.exact` lets two units trade single nodes at
+the price of one transfer, so its bound sits far below what partitions can reach. This model
+adds, per node ``n`` (integer ticks, costs and delays rounded down as in ``exact``):
+
+* ``PS[n]``, ``PE[n]``: the start and end of the partition holding ``n``; ``n`` starts after
+  ``PS[n]`` plus its unit's call overhead and ends by ``PE[n]``;
+* per edge ``q -> n`` a boolean *same partition*: then same unit and equal ``PS``/``PE``; else
+  ``PS[n] >= PE[q]`` plus the transfer when the units differ (outputs leave at the end, a
+  partition waits for all its inputs);
+* per value and consumer, a boolean *charged*: the consumer's unit is busy for the boundary
+  cost of that value just before it, unless the producer or an earlier consumer of the value
+  shares its partition (each value is paid once per partition that reads it);
+* one ``NoOverlap`` per hardware resource over each node's busy interval (boundary cost +
+  cost); minimise the latest partition end.
+
+From any plan's simulated run one reads off an assignment of these variables (partition
+start/end, each partition's overhead and boundary costs first, then its nodes) that meets
+every constraint with the same latency, less the savings of fused groups it runs whole. The
+model leaves out the call overhead's occupancy (only its delay counts) and partitions may
+interleave, so it is a relaxation: its proven bound, less the total possible group saving, is
+a lower bound on the predicted latency of every plan.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from partuner.plan.decompose import Region
+from partuner.plan.exact import _cp_model
+from partuner.plan.problem import Problem
+
+__all__ = ["RegionSolution", "solve_region", "TICK_US"]
+
+TICK_US = 0.1
+_EPS_TICKS = 1e-6
+
+
+def _ticks(us: float, tick: float) -> int:
+    return max(0, math.floor(us / tick + _EPS_TICKS))
+
+
+@dataclass
+class RegionSolution:
+    """The best plan found for one region and what is proven about it.
+
+    ``parts`` lists ``(unit, nodes)`` per partition, nodes in run order, partitions by start;
+    the one holding ``entry`` (when it continues into the region) lists ``entry`` first.
+    ``span_us`` is the relaxation's span of that plan, ``bound_us`` a proven lower bound on the
+    span of any plan of the region (both µs); ``status`` ``"optimal"`` when they meet.
+    """
+
+    assignment: dict[str, str]
+    parts: list[tuple[str, list[str]]]
+    status: str
+    bound_us: float
+    span_us: float
+    entry_unit: str | None = None
+    exit_unit: str | None = None
+
+
+def solve_region(
+    problem: Problem,
+    region: Region,
+    *,
+    entry_unit: str | None = None,
+    exit_unit: str | None = None,
+    time_limit: float,
+    hints: Iterable[Mapping[str, str]] = (),
+    mirrored: frozenset[str] = frozenset(),
+    tick_us: float = TICK_US,
+    workers: int = 1,
+    seed: int = 0,
+) -> RegionSolution | None:
+    """Solve the partition-level model of ``region`` (see :func:`partuner.plan.decompose.regions`):
+    its entry node (if any) ends at time 0 on ``entry_unit``, its exit on ``exit_unit`` (either
+    unit left to the solver when None). ``hints`` are assignments to warm-start from, the best
+    first. ``mirrored`` are units the first node (the entry, else the first of ``region``) need
+    not try when free: each mirrors another unit it can run on
+    (:func:`partuner.plan.pexact.interchangeable`), so every solution has a mirror image that
+    avoids them. None when the solver found no plan in time (then nothing is proven)."""
+    cp_model = _cp_model()
+    m = cp_model.CpModel()
+    entry = region.entry
+    nodes = list(region.nodes)
+    run = {n: problem.runnable_units(n) for n in nodes}
+    if region.exit is not None and exit_unit is not None:
+        run[region.exit] = [exit_unit]
+    overhead = {u: _ticks(problem.call_overhead_us.get(u, 0.0), tick_us) for u in problem.units}
+    every = nodes
+    origin = 0
+    if entry is not None:
+        run[entry] = [entry_unit] if entry_unit is not None else problem.runnable_units(entry)
+        every = [entry, *nodes]
+    run[every[0]] = [u for u in run[every[0]] if u not in mirrored] or run[every[0]]
+    if entry is not None:
+        origin = max(overhead[u] for u in run[entry]) + 1  # room for the entering partition
+    horizon = origin + sum(max(_ticks(problem.cost[n][u], tick_us) for u in run[n]) for n in nodes)
+    horizon += sum(
+        _ticks(_worst_cut(problem, p, n), tick_us) for n in nodes for p in problem.preds(n)
+    )
+    horizon += max(overhead.values(), default=0) * (len(nodes) + 1) + 1
+
+    def var(name: str) -> dict[str, Any]:
+        return {n: m.new_int_var(0, horizon, f"{name}[{n}]") for n in every}
+
+    s, e, busy, ps, pe = var("s"), var("e"), var("busy"), var("PS"), var("PE")
+    x = {(n, u): m.new_bool_var(f"x[{n},{u}]") for n in every for u in run[n]}
+    for n in every:
+        m.add_exactly_one(x[n, u] for u in run[n])
+        m.add(e[n] <= pe[n])
+    if entry is not None:
+        m.add(s[entry] == origin)
+        m.add(e[entry] == origin)
+        for u in run[entry]:
+            m.add(ps[entry] + overhead[u] <= origin).only_enforce_if(x[entry, u])
+
+    def together(b: Any, a: str, c: str) -> None:
+        """``b`` => ``a`` and ``c`` share a unit and a partition."""
+        for u in run[c]:
+            if u in run[a]:
+                m.add_bool_or([b.Not(), x[c, u].Not(), x[a, u]])
+            else:
+                m.add_bool_or([b.Not(), x[c, u].Not()])
+        m.add(ps[a] == ps[c]).only_enforce_if(b)
+        m.add(pe[a] == pe[c]).only_enforce_if(b)
+
+    inside = set(every)
+    values: dict[Hashable, tuple[str, dict[str, float]]] = {}
+    same: dict[tuple[str, str], Any] = {}
+    for i, edge in enumerate(problem.edges):
+        if edge.src not in inside or edge.dst not in inside or edge.dst == entry:
+            continue
+        for key, nbytes in problem.payload(i).items():
+            values.setdefault(key, (edge.src, {}))[1][edge.dst] = nbytes
+        q, n = edge.src, edge.dst
+        if (q, n) in same:
+            continue
+        b = same[q, n] = m.new_bool_var(f"same[{q},{n}]")
+        together(b, q, n)
+        m.add(s[n] >= e[q])
+        m.add(ps[n] >= pe[q]).only_enforce_if(b.Not())
+        nbytes = problem.pair_nbytes(q, n)
+        for u in run[q]:
+            for v in run[n]:
+                d = _ticks(problem.transfer_us(u, v, nbytes), tick_us) if u != v else 0
+                if d > 0:
+                    m.add(ps[n] >= pe[q] + d).only_enforce_if([b.Not(), x[q, u], x[n, v]])
+
+    charges: dict[str, list[tuple[Any, float]]] = {n: [] for n in every}
+    sibling: dict[tuple[str, str], Any] = {}
+    for key, (src, readers) in values.items():
+        ordered = sorted(readers, key=problem.index)
+        for k, n in enumerate(ordered):
+            earlier = []
+            for a in ordered[:k]:
+                if (a, n) not in sibling:
+                    b = sibling[a, n] = m.new_bool_var(f"sib[{a},{n}]")
+                    together(b, a, n)
+                earlier.append(sibling[a, n])
+            paid = m.new_bool_var(f"paid[{key},{n}]")
+            m.add_bool_or([paid, same[src, n], *earlier])
+            charges[n].append((paid, readers[n]))
+
+    on_resource: dict[str, list[Any]] = {}
+    for n in nodes:
+        for u in run[n]:
+            d = _ticks(problem.cost[n][u], tick_us)
+            m.add(e[n] == s[n] + d).only_enforce_if(x[n, u])
+            m.add(busy[n] >= ps[n] + overhead[u]).only_enforce_if(x[n, u])
+            rate = problem.boundary_us_per_byte.get(u, 0.0)
+            paid = [(b, _ticks(nb * rate, tick_us)) for b, nb in charges[n]]
+            m.add(busy[n] + sum(t * b for b, t in paid if t > 0) <= s[n]).only_enforce_if(x[n, u])
+            size = m.new_int_var(0, horizon, f"size[{n},{u}]")
+            iv = m.new_optional_interval_var(busy[n], size, e[n], x[n, u], f"iv[{n},{u}]")
+            for r in problem.resources_of(u):
+                on_resource.setdefault(r, []).append(iv)
+    for ivs in on_resource.values():
+        if len(ivs) > 1:
+            m.add_no_overlap(ivs)
+    if problem.memory_limited:
+        _add_capacity(m, problem, nodes, x)
+    span = m.new_int_var(0, horizon, "span")
+    if region.exit is not None:
+        m.add(span >= e[region.exit] - origin)
+    else:
+        for n in nodes:
+            if not any(c in inside for c in problem.succs(n)):
+                m.add(span >= pe[n] - origin)
+    m.minimize(span)
+    hint = next(iter(hints), None)  # the best first
+    if hint is not None:
+        for (n, u), b in x.items():
+            if n in hint:
+                m.add_hint(b, hint[n] == u)
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, time_limit)
+    solver.parameters.num_workers = max(1, workers)
+    solver.parameters.random_seed = seed
+    code = solver.solve(m)
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    slack = len(every) * 4 * _EPS_TICKS * tick_us  # float noise the rounding tolerated
+    bound = solver.objective_value if code == cp_model.OPTIMAL else solver.best_objective_bound
+    bound_us = max(0.0, math.ceil(bound - 1e-6) * tick_us - slack)
+    assignment = {n: next(u for u in run[n] if solver.boolean_value(x[n, u])) for n in every}
+    groups: dict[tuple[str, int, int], list[str]] = {}
+    for n in every:
+        groups.setdefault((assignment[n], solver.value(ps[n]), solver.value(pe[n])), []).append(n)
+    parts = []
+    for (u, _, _), members in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][2])):
+        members.sort(key=lambda n: (n != entry, solver.value(s[n]), problem.index(n)))
+        parts.append((u, members))
+    entered = assignment.pop(entry) if entry is not None else None
+    return RegionSolution(
+        assignment=assignment,
+        parts=parts,
+        status="optimal" if code == cp_model.OPTIMAL else "feasible",
+        bound_us=min(bound_us, solver.objective_value * tick_us),
+        span_us=solver.objective_value * tick_us,
+        entry_unit=entered,
+        exit_unit=assignment[region.exit] if region.exit is not None else None,
+    )
+
+
+def _add_capacity(m: Any, problem: Problem, nodes: Sequence[str], x: Mapping[Any, Any]) -> None:
+    """Per unit of finite memory: the weights of the nodes on it plus their largest output
+    stay within its capacity (:meth:`Problem.memory_use`)."""
+    for u in problem.units:
+        cap = problem.capacity(u)
+        on = [n for n in nodes if (n, u) in x]
+        if not on or not math.isfinite(cap):
+            continue
+        top = max(problem.activation_bytes(n) for n in on)
+        peak = m.new_int_var(0, top, f"peak[{u}]")
+        for n in on:
+            if problem.activation_bytes(n) > 0:
+                m.add(peak >= problem.activation_bytes(n)).only_enforce_if(x[n, u])
+        m.add(sum(problem.weights(n) * x[n, u] for n in on) + peak <= math.floor(cap))
+
+
+def _worst_cut(problem: Problem, p: str, n: str) -> float:
+    nbytes = problem.pair_nbytes(p, n)
+    worst = 0.0
+    for u in problem.runnable_units(p):
+        for v in problem.runnable_units(n):
+            if u != v:
+                worst = max(worst, problem.transfer_us(u, v, nbytes))
+    rate = max(problem.boundary_us_per_byte.values(), default=0.0)
+    return worst + nbytes * rate
