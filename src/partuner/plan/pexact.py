@@ -297,22 +297,24 @@ def merge_partitions(
 
     best = latency(out)
     merged = True
-    while merged and time.monotonic() < deadline:
+    while merged and time.monotonic() < deadline:  # passes until one merges nothing
         merged = False
-        last: dict[str, int] = {}
-        for j, (unit, _) in enumerate(out):
+        last: dict[str, int] = {}  # per unit, the position of its latest partition so far
+        j = 0
+        while j < len(out) and time.monotonic() < deadline:
+            unit = out[j][0]
             i = last.get(unit)
+            if i is not None:
+                cand = [*out[:i], (unit, out[i][1] + out[j][1]), *out[i + 1 : j], *out[j + 1 :]]
+                try:
+                    got = latency(cand)
+                except PartunerError:  # the merged partition would wait for its own outputs
+                    got = math.inf
+                if got <= best * (1 + 1e-12):
+                    out, best, merged = cand, got, True
+                    continue  # the next partition now sits at j; i holds the merged one
             last[unit] = j
-            if i is None:
-                continue
-            cand = [*out[:i], (unit, out[i][1] + out[j][1]), *out[i + 1 : j], *out[j + 1 :]]
-            try:
-                got = latency(cand)
-            except PartunerError:  # the merged partition would wait for its own outputs
-                continue
-            if got <= best * (1 + 1e-12):
-                out, best, merged = cand, got, True
-                break
+            j += 1
     return out
 
 
@@ -332,15 +334,14 @@ def schedule_of_parts(
     part_of = {n: i for i, (_, ns) in enumerate(parts) for n in ns}
     slots: dict[str, Slot] = {}
     free: dict[str, float] = {}  # per hardware resource
+    read: list[dict[Hashable, float]] = [{} for _ in parts]  # values each reads from others
+    for k, edge in enumerate(problem.edges):
+        if part_of[edge.src] != part_of[edge.dst]:
+            read[part_of[edge.dst]].update(problem.payload(k))
     for i in run_order(problem, partitions, timing):
         unit, members = parts[i]
         res = problem.resources_of(unit)
-        inside = set(members)
-        read: dict[Hashable, float] = {}
-        for k, edge in enumerate(problem.edges):
-            if edge.dst in inside and edge.src not in inside:
-                read.update(problem.payload(k))
-        t = timing.start_us[f"p{i}"] + partition_cost(problem, unit, [], sum(read.values()))
+        t = timing.start_us[f"p{i}"] + partition_cost(problem, unit, [], sum(read[i].values()))
         t = max([t, *(free.get(r, 0.0) for r in res)])
         for n in members:
             for p in problem.preds(n):
@@ -368,8 +369,8 @@ class PartitionExact(Scheduler):
 
     ``time_limit`` (seconds, default 30) covers the warm-start heuristics and the solves;
     ``region_nodes`` (default 16) the size regions are merged up to; ``workers`` CP-SAT's
-    search workers (default 8: its portfolio finds proofs faster than with one worker per
-    core, even on two cores).
+    search workers (default 8, CP-SAT's portfolio of search strategies, whatever the core
+    count).
     """
 
     name = "pexact"
@@ -406,7 +407,11 @@ class PartitionExact(Scheduler):
         deadline = time.monotonic() + budget
         if hints is None:
             hints = heuristic_schedules(problem, budget * 0.1).values()
-        ranked = sorted(hints, key=lambda h: plan_from_schedule(problem, h).predicted_us)
+        scored = sorted(
+            ((plan_from_schedule(problem, h).predicted_us, k, h) for k, h in enumerate(hints)),
+            key=lambda x: x[:2],
+        )
+        ranked = [h for _, _, h in scored]
         sol = solve_plan(
             problem,
             time_limit=max(0.0, deadline - time.monotonic()),
@@ -428,10 +433,8 @@ class PartitionExact(Scheduler):
                     best = (latency, sched)
             except PartunerError as exc:  # the relaxation's partitions cannot run as listed
                 log.debug("pexact: assembled partitions do not run: %s", exc)
-        if ranked:
-            hinted = plan_from_schedule(problem, ranked[0]).predicted_us
-            if best is None or hinted < best[0]:
-                best = (hinted, ranked[0])
+        if scored and (best is None or scored[0][0] < best[0]):
+            best = (scored[0][0], scored[0][2])
         if best is None:
             raise InfeasiblePlanError(
                 "no placement of the nodes fits the units' memory was found (pexact, "
