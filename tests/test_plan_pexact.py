@@ -194,7 +194,7 @@ def test_bound_holds_for_random_plans_and_plan_beats_heuristics(p: Problem, seed
         assert latency <= plan_from_schedule(p, h).predicted_us * (1 + 1e-9) + 1e-9, name
 
 
-def series_of_diamonds(k: int) -> Problem:
+def series_of_diamonds(k: int, link: Link | None = None) -> Problem:
     """``k`` diamonds in series (articulation nodes between them), two unequal units."""
     nodes, edges, cost = ["s"], [], {"s": 1.0}
     last = "s"
@@ -209,7 +209,7 @@ def series_of_diamonds(k: int) -> Problem:
         ["u", "v"],
         {n: {"u": c, "v": 1.5 * c} for n, c in cost.items()},
         [Edge(s, t, 1000, (f"{s}:out",)) for s, t in edges],
-        default_link=Link(0.2, 50.0),
+        default_link=link or Link(0.2, 50.0),
         call_overhead_us={"u": 0.1, "v": 0.1},
         boundary_us_per_byte={"u": 1e-4, "v": 1e-4},
     )
@@ -268,3 +268,54 @@ def test_merging_drops_calls_that_buy_nothing() -> None:
     # u's two partitions cannot merge: the second waits for c on v, which waits for the first
     apart = [("u", ["a", "b"]), ("v", ["c"]), ("u", ["d", "e"])]
     assert merge_partitions(p, apart) == apart
+
+
+def test_one_unit_bound() -> None:
+    from partuner.plan.decompose import Region
+    from partuner.plan.region_model import one_unit_bound
+
+    slow = series_of_diamonds(2, Link(20.0, 1.0))  # a cut costs 20 µs, a diamond 8-9 µs
+    second = Region("j0", ("b1", "c1", "j1"), "j1")
+    bound, sol = one_unit_bound(slow, second, "u", "u")
+    assert sol is not None and sol.parts == [("u", ["j0", "b1", "c1", "j1"])]
+    assert bound == pytest.approx(5.0 + 3.0 + 0.5, abs=1e-5)
+    assert sol.span_us == pytest.approx(8.5)
+    bound, sol = one_unit_bound(slow, second, "v", "v")
+    assert sol is not None and bound == pytest.approx(1.5 * 8.5, abs=1e-5)
+    # entering on u and leaving on v crosses once at least (the link's latency), then j1 on v
+    bound, sol = one_unit_bound(slow, second, "u", "v")
+    assert sol is None and bound == pytest.approx(20.0 + 0.75, abs=1e-5)
+    # links cheap beside the nodes: only the bound of a plan that crosses twice
+    fast = series_of_diamonds(2, Link(1.0, 100.0))
+    bound, sol = one_unit_bound(fast, second, "u", "u")
+    assert sol is None and bound == pytest.approx(2 * 1.0 + 0.5, abs=1e-5)
+    # the last region (no exit): one crossing
+    last = Region("j0", ("b1", "c1", "j1"), None)
+    assert one_unit_bound(fast, last, "u", None)[0] == pytest.approx(1.0, abs=1e-5)
+    # nothing is claimed for a region without entry, or with a node not fed from inside it
+    assert one_unit_bound(slow, Region(None, ("s", "b0", "c0", "j0"), "j0"), "u", "u") == (0, None)
+    assert one_unit_bound(slow, Region("b0", ("c0", "j0"), "j0"), "u", "u") == (0.0, None)
+
+
+@pytest.mark.parametrize("latency", [20.0, 1.0])
+def test_settled_regions_compose_to_the_true_optimum(latency: float, monkeypatch) -> None:
+    """Small regions: with a slow link every region but the first settles without a solver;
+    with a fast one the solver runs. Either way, the optimum over every plan."""
+    import partuner.plan.pexact as pexact
+
+    p = series_of_diamonds(2, Link(latency, 1.0))
+    calls = []
+    real = pexact.solve_region
+    monkeypatch.setattr(
+        pexact, "solve_region", lambda *a, **kw: calls.append(a[1]) or real(*a, **kw)
+    )
+    best = optimum(p)
+    s = _pexact(region_nodes=3).schedule(p, time_limit=10)
+    latency_us = plan_from_schedule(p, s).predicted_us
+    assert s.lower_bound <= best + 1e-6
+    assert latency_us == pytest.approx(best, rel=1e-6)
+    solved = {r.entry for r in calls}
+    if latency == 20.0:  # one partition on u; the first region's solve and the rest settled
+        assert solved == {None} and s.status == "optimal"
+    else:
+        assert solved > {None}

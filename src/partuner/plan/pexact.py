@@ -32,7 +32,7 @@ from partuner.plan.exact import _cp_model, group_slack, heuristic_schedules
 from partuner.plan.memory import overflow
 from partuner.plan.partitions import Partition, plan_from_schedule, run_order, simulate
 from partuner.plan.problem import Problem
-from partuner.plan.region_model import TICK_US, RegionSolution, solve_region
+from partuner.plan.region_model import TICK_US, RegionSolution, one_unit_bound, solve_region
 from partuner.plan.registry import Scheduler, register
 from partuner.plan.schedule import Schedule, Slot
 from partuner.plan.simulate import partition_cost
@@ -70,6 +70,7 @@ def solve_plan(
     workers: int = 1,
     max_region: int = DEFAULT_REGION_NODES,
     seed: int = 0,
+    upper_us: float = math.inf,
 ) -> PlanSolution:
     """Solve ``problem`` region by region (see the module docstring) within about
     ``time_limit`` seconds. ``bound_us`` bounds every plan's predicted latency (fused groups
@@ -78,7 +79,10 @@ def solve_plan(
     Each region is solved first with its boundary units left to the solver (a bound for every
     pair of them), then, as time allows, once per pair of boundary units (entering, leaving)
     not already settled: a pair the free solve chose and proved, or one mirroring a solved
-    pair across two interchangeable units (:func:`interchangeable`)."""
+    pair across two interchangeable units (:func:`interchangeable`). Pairs whose region is
+    small beside the links settle without a solver (:func:`one_unit_bound`), and a pair is
+    solved only while some chain through it could still be faster, by the bounds, than the
+    best chain of solved regions and than ``upper_us`` (a known plan's latency)."""
     deadline = time.monotonic() + max(0.0, time_limit)
     parts = regions(problem, max_region)
     if not parts:
@@ -131,64 +135,109 @@ def solve_plan(
                 bounds[job] = max(bounds.get(job, 0.0), sol.bound_us)
 
     def bound_of(job: Job) -> float:
-        f = free[job[0]]
+        f = free.get(job[0])
         return max(bounds.get(job, 0.0), f.bound_us if f is not None else 0.0)
 
     def is_proven(job: Job) -> bool:
         sol = solved.get(job)
         return sol is not None and sol.span_us <= bound_of(job) + _PROVEN_US
 
-    weight = {k: len(r.nodes) for k, r in enumerate(parts)}
-    budget = max(0.0, deadline - time.monotonic()) * (0.5 if len(problem.units) > 1 else 1.0)
-    for k in range(len(parts)):
-        free[k] = sol = solve(k, None, None, budget * weight[k] / sum(weight.values()), True)
-        if sol is not None:
-            settle(k, sol, pinned=False)
     pinned = [
         (k, a, b)
         for k, r in enumerate(parts)
         for a in (problem.runnable_units(r.entry) if r.entry is not None else [None])
         for b in (problem.runnable_units(r.exit) if r.exit is not None else [None])
     ]
+    by_region: list[list[Job]] = [[] for _ in parts]
+    for job in pinned:
+        by_region[job[0]].append(job)
+        if job[1] is not None:  # regions small beside the links settle without a solver
+            floor, easy = one_unit_bound(problem, parts[job[0]], job[1], job[2], tick_us=tick_us)
+            bounds[job] = max(bounds.get(job, 0.0), floor)
+            if easy is not None:
+                settle(job[0], easy, pinned=True)
+
+    def compose() -> tuple[list[dict[str | None, float]], list[dict[str | None, float]], float]:
+        """Per region, the least bound of reaching each entering unit (forward) and of going
+        on from it to the end (backward); and the span of the best chain of solved regions."""
+        fwd: list[dict[str | None, float]] = [{None: 0.0}]
+        got: dict[str | None, float] = {None: 0.0}
+        for jobs in by_region:
+            nxt: dict[str | None, float] = {}
+            ngot: dict[str | None, float] = {}
+            for job in jobs:
+                _, a, b = job
+                if a in fwd[-1]:
+                    nxt[b] = min(nxt.get(b, math.inf), fwd[-1][a] + bound_of(job))
+                if a in got and job in solved:
+                    ngot[b] = min(ngot.get(b, math.inf), got[a] + solved[job].span_us)
+            fwd.append(nxt)
+            got = ngot
+        bwd: list[dict[str | None, float]] = [{} for _ in parts]
+        bwd.append(dict.fromkeys(fwd[-1], 0.0))
+        for k in range(len(parts) - 1, -1, -1):
+            for job in by_region[k]:
+                _, a, b = job
+                if b in bwd[k + 1]:
+                    bwd[k][a] = min(bwd[k].get(a, math.inf), bound_of(job) + bwd[k + 1][b])
+        return fwd, bwd, min(got.values(), default=math.inf)
+
+    fwd, bwd, top = compose()
+
+    def wanted(job: Job) -> bool:
+        """Not proven, and on a path of bounds below every plan known: a job whose every
+        chain is bound to be slower than a known plan cannot lower the bound or the plan."""
+        k, a, b = job
+        through = fwd[k].get(a, math.inf) + bound_of(job) + bwd[k + 1].get(b, math.inf)
+        return not is_proven(job) and through < min(upper_us, top) - _PROVEN_US
+
+    # each region's share of the time by its size: half of it for the free solve, all of it
+    # where one pair of boundary units is possible (the free solve is that pair's solve)
+    weight = {k: len(r.nodes) for k, r in enumerate(parts)}
+    need = [k for k in range(len(parts)) if any(wanted(j) for j in by_region[k])]
+    budget = max(0.0, deadline - time.monotonic())
+    total = sum(weight[k] for k in need)
+    for k in need:
+        if not any(wanted(j) for j in by_region[k]):
+            continue
+        share = budget * weight[k] / total * (0.5 if len(by_region[k]) > 1 else 1.0)
+        free[k] = sol = solve(k, None, None, share, True)
+        if sol is not None:  # with one pair of boundary units, that pair's solve
+            settle(k, sol, pinned=len(by_region[k]) == 1)
+            fwd, bwd, top = compose()
     for _ in range(3):  # then once more for what is still unproven, with the time left
         todo, tried = [], set()
         for job in pinned:  # one job per class of jobs mirrored by interchangeable units
-            mirrors = {(job[0], _swap(job[1], u, v), _swap(job[2], u, v)) for u, v in swaps}
-            if not is_proven(job) and not mirrors & tried:
+            images = {(job[0], _swap(job[1], u, v), _swap(job[2], u, v)) for u, v in swaps}
+            if wanted(job) and not images & tried:
                 todo.append(job)
                 tried.add(job)
         for i, job in enumerate(todo):
             left = deadline - time.monotonic()
             if left <= 0.01:
                 break
-            if not is_proven(job):
-                sol = solve(*job, left / (len(todo) - i))
+            if wanted(job):
+                sol = solve(*job, left / sum(1 for j in todo[i:] if wanted(j)))
                 if sol is not None:
                     settle(job[0], sol, pinned=True)
+                    fwd, bwd, top = compose()
 
-    # dynamic programme over the unit holding each boundary node: lb[u] bounds the time the
-    # boundary node ends on u; best[u] is the fastest chain of solved regions ending there
-    lb: dict[str | None, float] = {None: 0.0}
+    # the bound and the fastest chain of solved regions, over the unit holding each boundary
+    bound_us = min(fwd[-1].values(), default=0.0)
     best: dict[str | None, tuple[float, list[RegionSolution]]] = {None: (0.0, [])}
-    for k in range(len(parts)):
-        nlb: dict[str | None, float] = {}
+    for jobs in by_region:
         nbest: dict[str | None, tuple[float, list[RegionSolution]]] = {}
-        for job in pinned:
-            if job[0] != k or job[1] not in lb:
-                continue
-            a, b = job[1], job[2]
-            nlb[b] = min(nlb.get(b, math.inf), lb[a] + bound_of(job))
-            sol, prev = solved.get(job), best.get(a)
+        for job in jobs:
+            sol, prev = solved.get(job), best.get(job[1])
             if sol is not None and prev is not None:
                 cand = (prev[0] + sol.span_us, [*prev[1], sol])
-                if b not in nbest or cand[0] < nbest[b][0]:
-                    nbest[b] = cand
-        lb, best = nlb, nbest
-    bound_us = min(lb.values(), default=0.0)
-    status = "optimal" if all(is_proven(j) for j in pinned) else "feasible"
+                if job[2] not in nbest or cand[0] < nbest[job[2]][0]:
+                    nbest[job[2]] = cand
+        best = nbest
     if not best:
-        return PlanSolution(None, status, bound_us)
-    _, chain = min(best.values(), key=lambda v: v[0])
+        return PlanSolution(None, "feasible", bound_us)
+    span, chain = min(best.values(), key=lambda v: v[0])
+    status = "optimal" if span <= bound_us + _PROVEN_US else "feasible"
     return PlanSolution(_assemble(parts, chain), status, bound_us)
 
 
@@ -412,9 +461,11 @@ class PartitionExact(Scheduler):
             key=lambda x: x[:2],
         )
         ranked = [h for _, _, h in scored]
+        known = math.inf if problem.memory_limited or not scored else scored[0][0]
         sol = solve_plan(
             problem,
             time_limit=max(0.0, deadline - time.monotonic()),
+            upper_us=known + group_slack(problem),
             hints=[h.assignment for h in ranked],
             tick_us=self.tick_us,
             workers=self.workers,

@@ -38,7 +38,7 @@ from partuner.plan.decompose import Region
 from partuner.plan.exact import _cp_model
 from partuner.plan.problem import Problem
 
-__all__ = ["RegionSolution", "solve_region", "TICK_US"]
+__all__ = ["RegionSolution", "TICK_US", "one_unit_bound", "solve_region"]
 
 TICK_US = 0.1
 _EPS_TICKS = 1e-6
@@ -249,6 +249,70 @@ def solve_region(
         entry_unit=entered,
         exit_unit=assignment[region.exit] if region.exit is not None else None,
     )
+
+
+def one_unit_bound(
+    problem: Problem,
+    region: Region,
+    entry_unit: str,
+    exit_unit: str | None,
+    *,
+    tick_us: float = TICK_US,
+) -> tuple[float, RegionSolution | None]:
+    """A bound on the span of ``region`` (as :func:`solve_region` models it) with its entry on
+    ``entry_unit`` and its exit on ``exit_unit``, found without a solver, and the plan that
+    meets it when that plan is keeping the whole region in the entering node's partition.
+
+    Every node of such a region descends from the entry and (but the exit) leads to the exit,
+    and a value crossing units delays its reader by at least the cheapest transfer ``d``.
+    Entering and leaving on different units, the span is at least ``d`` plus the exit's cost.
+    Entering and leaving on unit ``a``: a plan keeping every node on ``a`` spans at least the
+    sum of their costs there (its nodes share ``a``'s resources) and exactly that in one
+    partition; a plan placing any node elsewhere crosses twice on its way to the exit (once,
+    in a region ending the graph), so spans at least ``2 d`` plus the exit's cost. The sum is
+    optimal when it is not above the latter: the regions of a model whose operators are small
+    beside the links settle here. These bounds hold for the plans themselves, so they are in
+    µs, without the model's rounding to ticks. ``(0.0, None)`` for a region without entry, a
+    problem with memory limits, or a region whose nodes do not all descend from the entry."""
+    entry, nodes = region.entry, sorted(region.nodes, key=problem.index)
+    if entry is None or problem.memory_limited or not _spanned(problem, region):
+        return 0.0, None
+    # in µs, not ticks: these bounds hold for the plans themselves, not only for the model
+    cross = min(
+        (problem.transfer_us(u, v, 0.0) for u in problem.units for v in problem.units if u != v),
+        default=math.inf,
+    )
+    slack = (len(nodes) + 1) * 4 * _EPS_TICKS * tick_us  # float noise
+    exit_cost = problem.cost[region.exit][exit_unit] if region.exit is not None else 0.0
+    if region.exit is not None and exit_unit != entry_unit:
+        return max(0.0, cross + exit_cost - slack), None
+    a = entry_unit
+    whole = math.fsum(problem.cost[n][a] for n in nodes)
+    off = 2 * cross + exit_cost if region.exit is not None else cross
+    if not whole <= off:
+        return max(0.0, off - slack), None
+    return max(0.0, whole - slack), RegionSolution(
+        assignment=dict.fromkeys(nodes, a),
+        parts=[(a, [entry, *nodes])],
+        status="optimal",
+        bound_us=max(0.0, whole - slack),
+        span_us=whole,
+        entry_unit=a,
+        exit_unit=a if region.exit is not None else None,
+    )
+
+
+def _spanned(problem: Problem, region: Region) -> bool:
+    """Every node of ``region`` descends from its entry and, but its exit, leads to a later
+    node of it (hence to the exit, when it has one)."""
+    inside = set(region.nodes)
+    for n in region.nodes:
+        if not any(p == region.entry or p in inside for p in problem.preds(n)):
+            return False
+        if region.exit is not None and n != region.exit:
+            if not any(c in inside for c in problem.succs(n)):
+                return False
+    return True
 
 
 def _add_capacity(m: Any, problem: Problem, nodes: Sequence[str], x: Mapping[Any, Any]) -> None:
