@@ -319,3 +319,61 @@ def test_settled_regions_compose_to_the_true_optimum(latency: float, monkeypatch
         assert solved == {None} and s.status == "optimal"
     else:
         assert solved > {None}
+
+
+def two_values_problem() -> Problem:
+    """``s`` on the CPU-like unit ``u`` feeds ``x`` and ``y`` two different values of 1 kB;
+    ``v`` runs ``x`` and ``y`` 180x faster but the link moves 10 B/µs and a call on ``v`` costs
+    50 µs: one transfer of both values takes twice as long as one of either (the smaller model
+    charges the larger one), and two calls on ``v`` take turns (the smaller model overlaps
+    them)."""
+    cost = {"s": (1.0, math.inf), "x": (180.0, 1.0), "y": (180.0, 1.0), "z": (1.0, math.inf)}
+    return Problem(
+        list(cost),
+        ["u", "v"],
+        {n: {"u": a, "v": b} for n, (a, b) in cost.items()},
+        [
+            Edge("s", "x", 1000, ("s:a",)),
+            Edge("s", "y", 1000, ("s:b",)),
+            Edge("x", "z", 10, ("x:out",)),
+            Edge("y", "z", 10, ("y:out",)),
+        ],
+        default_link=Link(1.0, 0.01),
+        call_overhead_us={"v": 50.0},
+    )
+
+
+def test_values_crossing_together_pay_one_transfer_of_both() -> None:
+    from partuner.plan.decompose import regions
+    from partuner.plan.region_model import solve_region
+
+    p = two_values_problem()
+    best = optimum(p)
+    # x on v, y on u: s, 101 µs to send s:a, 50 µs call, x, 2 µs back; meanwhile y on u
+    assert best == pytest.approx(1 + 180 + 1)
+    (region,) = regions(p, 16)
+    small = solve_region(p, region, time_limit=10, pairs=False)
+    whole = solve_region(p, region, time_limit=10, pairs=True, floor_us=small.bound_us)
+    assert small.bound_us < best - 20 and not small.faithful  # both on v, one transfer
+    assert whole.faithful and whole.bound_us == pytest.approx(best, abs=1e-3)
+    # pexact re-solves its plan's regions with the pairwise parts when time is left
+    s = _pexact().schedule(p, time_limit=10)
+    assert plan_from_schedule(p, s).predicted_us == pytest.approx(best)
+    assert s.lower_bound == pytest.approx(best, abs=1e-3) and s.status == "optimal"
+
+
+def test_partitions_of_one_unit_take_turns() -> None:
+    """With the pairwise parts the model's span is the plan's simulated latency (partitions of
+    one unit do not interleave), up to the rounding to ticks, and its bound stays valid."""
+    from partuner.plan.decompose import regions
+    from partuner.plan.region_model import solve_region
+
+    for dag, units in TINY:
+        p = make_problem(dag, units)
+        (region,) = regions(p, 16)
+        sol = solve_region(p, region, time_limit=10, pairs=True)
+        assert sol.status == "optimal" and sol.faithful
+        plan = [Partition(f"p{i}", u, tuple(ns)) for i, (u, ns) in enumerate(sol.parts)]
+        got = simulate(p, plan).makespan_us
+        assert got == pytest.approx(sol.span_us, abs=0.1 * len(p.nodes) + 1e-6)  # ticks
+        assert sol.bound_us <= optimum(p) + 1e-6

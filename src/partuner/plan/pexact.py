@@ -10,11 +10,16 @@ nodes (:func:`partuner.plan.decompose.regions`) and solved region by region for 
 of the entering node to the end of the leaving one (the last region: to its last partition's
 end); nodes continuing the entering node's partition pay no new overhead. Everything before
 the entering node is its ancestor, so every unit is free when it ends: the regions' bounds add
-up, composed by dynamic programming over the boundary units. The plan returned assembles the
-best regions' partitions (their node order from the solver), merges a unit's neighbouring
-partitions wherever that does not slow the plan down (:func:`merge_partitions`) and is
-simulated for real; when that fails (the relaxation allows partitions a real run cannot
-order), or the best warm-start plan predicts faster, that plan is returned instead.
+up, composed by dynamic programming over the boundary units. Regions small beside the links
+settle without a solver (:func:`~partuner.plan.region_model.one_unit_bound`); a pair is solved
+only while a chain through it could beat the best plan known; interchangeable units are used
+in one order only. The regions are solved with the model's smaller form (sooner proven); time
+left once every pair that matters is proven goes to re-solving the best chain's regions with
+the pairwise parts, whose plans the simulation agrees with. The plans both give assemble the
+regions' partitions (their node order from the solver), merge a unit's neighbouring
+partitions wherever that does not slow the plan down (:func:`merge_partitions`) and are
+simulated for real: the fastest is returned, or the best warm-start plan when it predicts
+faster or the relaxation's partitions cannot run.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import logging
 import math
 import time
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from partuner.errors import InfeasiblePlanError, PartunerError
 from partuner.plan.common import lower_bound
@@ -32,7 +38,13 @@ from partuner.plan.exact import _cp_model, group_slack, heuristic_schedules
 from partuner.plan.memory import overflow
 from partuner.plan.partitions import Partition, plan_from_schedule, run_order, simulate
 from partuner.plan.problem import Problem
-from partuner.plan.region_model import TICK_US, RegionSolution, one_unit_bound, solve_region
+from partuner.plan.region_model import (
+    PAIRS_UP_TO,
+    TICK_US,
+    RegionSolution,
+    one_unit_bound,
+    solve_region,
+)
 from partuner.plan.registry import Scheduler, register
 from partuner.plan.schedule import Schedule, Slot
 from partuner.plan.simulate import partition_cost
@@ -59,6 +71,7 @@ class PlanSolution:
     parts: list[tuple[str, list[str]]] | None
     status: str
     bound_us: float
+    others: list[list[tuple[str, list[str]]]] = field(default_factory=list)
 
 
 def solve_plan(
@@ -92,31 +105,53 @@ def solve_plan(
     free: dict[int, RegionSolution | None] = {}
     swaps = interchangeable(problem)
 
-    mirrors = frozenset(v for _, v in swaps)
+    classes: dict[str, list[str]] = {}  # interchangeable units, in the order of problem.units
+    for u, v in swaps:
+        group = classes.get(u) or classes.get(v) or []
+        for w in (u, v):
+            if w not in group:
+                group.append(w)
+            classes[w] = group
+    mirrors = [
+        sorted(g, key=problem.units.index) for g in {id(g): g for g in classes.values()}.values()
+    ]
 
-    def solve(
-        k: int, a: str | None, b: str | None, limit: float, free: bool = False
+    faithful: dict[Job, RegionSolution] = {}  # from the model with its pairwise parts
+
+    def solve(k: int, a: str | None, b: str | None, limit: float) -> RegionSolution | None:
+        mine = solved.get((k, a, b))  # a solution found before starts this solve
+        tips = [mine.assignment, *hints] if mine is not None else list(hints)
+        return region(k, a, b, limit, tips, pairs=False)
+
+    def region(
+        k: int,
+        a: str | None,
+        b: str | None,
+        limit: float,
+        tips: Sequence[Mapping[str, str]],
+        **model: Any,
     ) -> RegionSolution | None:
         t0 = time.monotonic()
-        mine = solved.get((k, a, b))  # a solution found before starts this solve
         sol = solve_region(
             problem,
             parts[k],
             entry_unit=a,
             exit_unit=b,
             time_limit=limit,
-            hints=[mine.assignment, *hints] if mine is not None else hints,
-            mirrored=mirrors if free else frozenset(),
+            hints=tips,
+            mirrored=mirrors,
             tick_us=tick_us,
             workers=workers,
             seed=seed,
+            **model,
         )
         log.debug(
-            "pexact: region %d (%d nodes) %s -> %s: %s in %.2f s of %.2f",
+            "pexact: region %d (%d nodes) %s -> %s%s: %s in %.2f s of %.2f",
             k,
             len(parts[k].nodes),
             a or "*",
             b or "*",
+            " (pairs)" if model.get("pairs") else "",
             f"{sol.status} span {sol.span_us:.1f} bound {sol.bound_us:.1f} us" if sol else "none",
             time.monotonic() - t0,
             limit,
@@ -129,7 +164,11 @@ def solve_plan(
         for u, v in [(None, None), *swaps]:
             job = (k, _swap(sol.entry_unit, u, v), _swap(sol.exit_unit, u, v))
             mine = sol if u is None else _swapped(sol, u, v)
-            if job not in solved or mine.span_us < solved[job].span_us:
+            # spans of one model compare; a faithful plan stands in where no other is known
+            kept = faithful if sol.faithful else solved
+            if job not in kept or mine.span_us < kept[job].span_us:
+                kept[job] = mine
+            if job not in solved:
                 solved[job] = mine
             if pinned:
                 bounds[job] = max(bounds.get(job, 0.0), sol.bound_us)
@@ -192,17 +231,22 @@ def solve_plan(
         return not is_proven(job) and through < min(upper_us, top) - _PROVEN_US
 
     # each region's share of the time by its size: half of it for the free solve, all of it
-    # where one pair of boundary units is possible (the free solve is that pair's solve)
-    weight = {k: len(r.nodes) for k, r in enumerate(parts)}
+    # where one pair of boundary units is possible (the free solve is that pair's solve);
+    # what a free solve leaves unused goes to the later ones, the other halves to the pairs
     need = [k for k in range(len(parts)) if any(wanted(j) for j in by_region[k])]
-    budget = max(0.0, deadline - time.monotonic())
-    total = sum(weight[k] for k in need)
-    for k in need:
+    weight = {k: len(parts[k].nodes) * (0.5 if len(by_region[k]) > 1 else 1.0) for k in need}
+    stage_end = time.monotonic() + max(0.0, deadline - time.monotonic()) * sum(
+        weight.values()
+    ) / max(1e-9, sum(len(parts[k].nodes) for k in need))
+    for i, k in enumerate(need):
         if not any(wanted(j) for j in by_region[k]):
             continue
-        share = budget * weight[k] / total * (0.5 if len(by_region[k]) > 1 else 1.0)
-        free[k] = sol = solve(k, None, None, share, True)
-        if sol is not None:  # with one pair of boundary units, that pair's solve
+        left = max(0.0, stage_end - time.monotonic()) * weight[k] / sum(weight[j] for j in need[i:])
+        if len(by_region[k]) == 1:  # one pair of boundary units: that pair's solve
+            sol = solve(*by_region[k][0], left)
+        else:
+            free[k] = sol = solve(k, None, None, left)
+        if sol is not None:
             settle(k, sol, pinned=len(by_region[k]) == 1)
             fwd, bwd, top = compose()
     for _ in range(3):  # then once more for what is still unproven, with the time left
@@ -222,23 +266,48 @@ def solve_plan(
                     settle(job[0], sol, pinned=True)
                     fwd, bwd, top = compose()
 
-    # the bound and the fastest chain of solved regions, over the unit holding each boundary
-    bound_us = min(fwd[-1].values(), default=0.0)
-    best: dict[str | None, tuple[float, list[RegionSolution]]] = {None: (0.0, [])}
-    for jobs in by_region:
-        nbest: dict[str | None, tuple[float, list[RegionSolution]]] = {}
-        for job in jobs:
-            sol, prev = solved.get(job), best.get(job[1])
-            if sol is not None and prev is not None:
-                cand = (prev[0] + sol.span_us, [*prev[1], sol])
-                if job[2] not in nbest or cand[0] < nbest[job[2]][0]:
-                    nbest[job[2]] = cand
-        best = nbest
-    if not best:
+    def chain(use_faithful: bool) -> list[RegionSolution] | None:
+        """The fastest chain of solved regions (by their spans; with ``use_faithful``, a
+        region's faithful solution where it has one), over the unit holding each boundary."""
+        best: dict[str | None, tuple[float, list[RegionSolution]]] = {None: (0.0, [])}
+        for jobs in by_region:
+            nbest: dict[str | None, tuple[float, list[RegionSolution]]] = {}
+            for job in jobs:
+                sol = (faithful.get(job) if use_faithful else None) or solved.get(job)
+                prev = best.get(job[1])
+                if sol is not None and prev is not None:
+                    cand = (prev[0] + sol.span_us, [*prev[1], sol])
+                    if job[2] not in nbest or cand[0] < nbest[job[2]][0]:
+                        nbest[job[2]] = cand
+            best = nbest
+        return min(best.values(), key=lambda v: v[0])[1] if best else None
+
+    # Time left once every pair that matters is proven: the regions of the best chain again,
+    # with the pairwise parts (whose plans the simulation agrees with), from the proven bound.
+    first = chain(False)
+    redo = [
+        (k, sol.entry_unit, sol.exit_unit)
+        for k, sol in enumerate(first or [])
+        if len(parts[k].nodes) < PAIRS_UP_TO and not sol.faithful
+    ]
+    for i, job in enumerate(redo):
+        left = (deadline - time.monotonic()) / (len(redo) - i)
+        if left <= 0.01:
+            break
+        tips = [solved[job].assignment, *hints]
+        sol = region(*job, left, tips, pairs=True, floor_us=bound_of(job))
+        if sol is not None:
+            settle(job[0], sol, pinned=True)
+    bound_us = min(compose()[0][-1].values(), default=0.0)
+    if first is None:
         return PlanSolution(None, "feasible", bound_us)
-    span, chain = min(best.values(), key=lambda v: v[0])
+    plans = [_assemble(parts, first)]
+    second = chain(True)
+    if second is not None and any(s.faithful for s in second):
+        plans.append(_assemble(parts, second))
+    span = sum(s.span_us for s in first)
     status = "optimal" if span <= bound_us + _PROVEN_US else "feasible"
-    return PlanSolution(_assemble(parts, chain), status, bound_us)
+    return PlanSolution(plans[0], status, bound_us, plans[1:])
 
 
 def _swap(unit: str | None, u: str, v: str) -> str | None:
@@ -255,6 +324,7 @@ def _swapped(sol: RegionSolution, u: str, v: str) -> RegionSolution:
         span_us=sol.span_us,
         entry_unit=_swap(sol.entry_unit, u, v),
         exit_unit=_swap(sol.exit_unit, u, v),
+        faithful=sol.faithful,
     )
 
 
@@ -295,7 +365,11 @@ def _same_unit(problem: Problem, u: str, v: str) -> bool:
     if any(g.cost.get(u) != g.cost.get(v) for g in problem.groups):
         return False
     others = [w for w in problem.units if w not in (u, v)]
+    if problem.link(u, v) != problem.link(v, u):
+        return False
     if any(problem.link(u, w) != problem.link(v, w) for w in others):
+        return False
+    if any(problem.link(w, u) != problem.link(w, v) for w in others):
         return False
     ru, rv = problem.resources_of(u), problem.resources_of(v)
     if len(ru) != 1 or len(rv) != 1 or ru == rv:
@@ -476,11 +550,13 @@ class PartitionExact(Scheduler):
         bound = lower_bound(problem, partitions=True)
         best: tuple[float, Schedule] | None = None
         bound = max(bound, sol.bound_us - group_slack(problem))
-        if sol.parts is not None:
-            try:
-                merged = merge_partitions(problem, sol.parts, deadline + 0.1 * budget)
+        for parts in [sol.parts, *sol.others] if sol.parts is not None else []:
+            try:  # the plans of both models: the simulation decides
+                merged = merge_partitions(problem, parts, deadline + 0.1 * budget)
                 sched, latency = schedule_of_parts(problem, merged, self.name)
-                if overflow(problem, sched.assignment) is None:
+                if overflow(problem, sched.assignment) is None and (
+                    best is None or latency < best[0]
+                ):
                     best = (latency, sched)
             except PartunerError as exc:  # the relaxation's partitions cannot run as listed
                 log.debug("pexact: assembled partitions do not run: %s", exc)

@@ -16,14 +16,24 @@ adds, per node ``n`` (integer ticks, costs and delays rounded down as in ``exact
   cost of that value just before it, unless the producer or an earlier consumer of the value
   shares its partition (each value is paid once per partition that reads it);
 * one ``NoOverlap`` per hardware resource over each node's busy interval (boundary cost +
-  cost); minimise the latest partition end.
+  cost); minimise the latest partition end;
+* in regions of up to :data:`PAIRS_UP_TO` nodes, per pair of nodes neither of which leads to
+  the other, a boolean *same partition* and, for units sharing hardware, partitions that take
+  turns: one ends (``PE``) before the other starts (``PS``). This also makes a call's
+  overhead busy time, as it lies between ``PS`` and the partition's first node;
+* in such regions, per pair of edges carrying different values, the transfer of both when
+  their producers share a partition and so do their readers (a transfer carries every value
+  crossing between two partitions: its time grows with their bytes together).
 
 From any plan's simulated run one reads off an assignment of these variables (partition
 start/end, each partition's overhead and boundary costs first, then its nodes) that meets
 every constraint with the same latency, less the savings of fused groups it runs whole. The
-model leaves out the call overhead's occupancy (only its delay counts) and partitions may
-interleave, so it is a relaxation: its proven bound, less the total possible group saving, is
-a lower bound on the predicted latency of every plan.
+model counts only pairs of values crossing together, and in larger regions lets partitions
+interleave and counts a call's overhead only as a delay, so it is a relaxation: its proven
+bound, less the total possible group saving, is a lower bound on the predicted latency of
+every plan. Where the pairwise parts apply, the model and the simulation agree closely (on
+an Inception-v3 block with a modeled NPU, within the rounding to ticks), so its plans are
+the simulation's plans.
 """
 
 from __future__ import annotations
@@ -38,11 +48,12 @@ from partuner.plan.decompose import Region
 from partuner.plan.exact import _cp_model
 from partuner.plan.problem import Problem
 
-__all__ = ["RegionSolution", "TICK_US", "one_unit_bound", "solve_region"]
+__all__ = ["PAIRS_UP_TO", "RegionSolution", "TICK_US", "one_unit_bound", "solve_region"]
 
 TICK_US = 0.1
+PAIRS_UP_TO = 40  # nodes in a region up to which pairs of nodes and edges are modeled
 _EPS_TICKS = 1e-6
-_TIE_SHARE = 0.2  # of a region's time kept for breaking ties between plans of equal span
+_TIE_SHARE = 0.2  # of a region's time, at most, for breaking ties once its span is proven
 
 
 def _ticks(us: float, tick: float) -> int:
@@ -57,6 +68,8 @@ class RegionSolution:
     the one holding ``entry`` (when it continues into the region) lists ``entry`` first.
     ``span_us`` is the relaxation's span of that plan, ``bound_us`` a proven lower bound on the
     span of any plan of the region (both µs); ``status`` ``"optimal"`` when they meet.
+    ``faithful``: the model's pairwise parts applied (see the module docstring), so the span
+    is the simulated one up to rounding.
     """
 
     assignment: dict[str, str]
@@ -66,6 +79,7 @@ class RegionSolution:
     span_us: float
     entry_unit: str | None = None
     exit_unit: str | None = None
+    faithful: bool = False
 
 
 def solve_region(
@@ -76,18 +90,23 @@ def solve_region(
     exit_unit: str | None = None,
     time_limit: float,
     hints: Iterable[Mapping[str, str]] = (),
-    mirrored: frozenset[str] = frozenset(),
+    mirrored: Sequence[Sequence[str]] = (),
     tick_us: float = TICK_US,
     workers: int = 1,
     seed: int = 0,
+    pairs: bool = True,
+    floor_us: float = 0.0,
 ) -> RegionSolution | None:
     """Solve the partition-level model of ``region`` (see :func:`partuner.plan.decompose.regions`):
     its entry node (if any) ends at time 0 on ``entry_unit``, its exit on ``exit_unit`` (either
     unit left to the solver when None). ``hints`` are assignments to warm-start from, the best
-    first. ``mirrored`` are units the first node (the entry, else the first of ``region``) need
-    not try when free: each mirrors another unit it can run on
-    (:func:`partuner.plan.pexact.interchangeable`), so every solution has a mirror image that
-    avoids them. None when the solver found no plan in time (then nothing is proven)."""
+    first. ``mirrored`` are classes of interchangeable units
+    (:func:`partuner.plan.pexact.interchangeable`): every plan has a mirror image that uses a
+    class's units not pinned here in their listed order (by the first node on each), so the
+    model asks for that order (and hints are mirrored to it). ``pairs`` False leaves the
+    pairwise parts out (a smaller relaxation, often proven sooner); ``floor_us``, a proven
+    bound on the span (from that smaller model), helps the solver prove. None when the solver
+    found no plan in time (then nothing is proven)."""
     cp_model = _cp_model()
     m = cp_model.CpModel()
     entry = region.entry
@@ -101,7 +120,6 @@ def solve_region(
     if entry is not None:
         run[entry] = [entry_unit] if entry_unit is not None else problem.runnable_units(entry)
         every = [entry, *nodes]
-    run[every[0]] = [u for u in run[every[0]] if u not in mirrored] or run[every[0]]
     if entry is not None:
         origin = max(overhead[u] for u in run[entry]) + 1  # room for the entering partition
     horizon = origin + sum(max(_ticks(problem.cost[n][u], tick_us) for u in run[n]) for n in nodes)
@@ -118,6 +136,16 @@ def solve_region(
     for n in every:
         m.add_exactly_one(x[n, u] for u in run[n])
         m.add(e[n] <= pe[n])
+    fixed = {entry_unit, exit_unit}
+    in_turn = [[u for u in group if u not in fixed] for group in mirrored]
+    for group in in_turn:
+        for u, v in zip(group, group[1:], strict=False):  # v's first node after u's
+            seen: list[Any] = []
+            for n in every:
+                if (n, v) in x:
+                    m.add_bool_or([x[n, v].Not(), *seen])
+                if (n, u) in x:
+                    seen.append(x[n, u])
     if entry is not None:
         m.add(s[entry] == origin)
         m.add(e[entry] == origin)
@@ -171,6 +199,17 @@ def solve_region(
             m.add_bool_or([paid, same[src, n], *earlier])
             charges[n].append((paid, readers[n]))
 
+    def share(a: str, c: str) -> Any:
+        """The "same partition" boolean of two nodes (earlier first)."""
+        if (a, c) not in sibling:
+            b = sibling[a, c] = m.new_bool_var(f"sib[{a},{c}]")
+            together(b, a, c)
+        return sibling[a, c]
+
+    faithful = pairs and len(every) <= PAIRS_UP_TO
+    if faithful:
+        _take_turns(m, problem, every, run, x, ps, pe, share)
+        _cross_together(m, problem, every, entry, run, x, ps, pe, share, tick_us)
     on_resource: dict[str, list[Any]] = {}
     for n in nodes:
         for u in run[n]:
@@ -196,15 +235,18 @@ def solve_region(
         for n in nodes:
             if not any(c in inside for c in problem.succs(n)):
                 m.add(span >= pe[n] - origin)
+    m.add(span >= math.floor(floor_us / tick_us + 1e-3))  # bounds come ceiled less noise
     m.minimize(span)
     hint = next(iter(hints), None)  # the best first
+    if hint is not None:
+        hint = _in_order(hint, every, in_turn)
     if hint is not None:
         for (n, u), b in x.items():
             if n in hint:
                 m.add_hint(b, hint[n] == u)
 
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, time_limit * (1 - _TIE_SHARE))
+    solver.parameters.max_time_in_seconds = max(0.01, time_limit)
     solver.parameters.num_workers = max(1, workers)
     solver.parameters.random_seed = seed
     t0 = time.monotonic()
@@ -215,10 +257,11 @@ def solve_region(
     bound = solver.objective_value if code == cp_model.OPTIMAL else solver.best_objective_bound
     bound_us = max(0.0, math.ceil(bound - 1e-6) * tick_us - slack)
     best = round(solver.objective_value)
-    # Among plans of this span, the model cannot tell those that call fewer partitions (it does
-    # not count a call's overhead as busy time): spend what is left on fewer cut edges.
+    # Among plans of the proven span, prefer those that call fewer partitions (each call costs
+    # more in a real run than in the profile; in large regions the model does not count a
+    # call's overhead as busy time at all): spend some of what is left on fewer cut edges.
     left = min(time_limit - (time.monotonic() - t0), time_limit * _TIE_SHARE)
-    if left > 0.01 and same:
+    if code == cp_model.OPTIMAL and left > 0.01 and same:
         m.clear_hints()
         for var in (*x.values(), *same.values(), span):
             m.add_hint(var, solver.value(var))
@@ -248,7 +291,109 @@ def solve_region(
         span_us=best * tick_us,
         entry_unit=entered,
         exit_unit=assignment[region.exit] if region.exit is not None else None,
+        faithful=faithful,
     )
+
+
+def _in_order(
+    assignment: Mapping[str, str], every: Sequence[str], ordered: Sequence[Sequence[str]]
+) -> dict[str, str]:
+    """``assignment`` with each class of interchangeable units renamed so that their first
+    nodes come in the class's order."""
+    out = dict(assignment)
+    for group in ordered:
+        first = list(dict.fromkeys(out[n] for n in every if out.get(n) in group))
+        rename = dict(zip([*first, *(u for u in group if u not in first)], group, strict=True))
+        out = {n: rename.get(u, u) for n, u in out.items()}
+    return out
+
+
+def _take_turns(
+    m: Any,
+    problem: Problem,
+    every: Sequence[str],
+    run: Mapping[str, Sequence[str]],
+    x: Mapping[tuple[str, str], Any],
+    ps: Mapping[str, Any],
+    pe: Mapping[str, Any],
+    share: Any,
+) -> None:
+    """Partitions on units sharing hardware do not overlap: for two nodes neither of which
+    leads to the other (``every`` is topological: a partition holding two nodes of a path
+    holds the path between, so the edges' constraints order the rest), either they share a
+    partition or one's partition ends before the other's starts."""
+    above = _ancestors(problem, every)
+    for i, n in enumerate(every):
+        for a in every[:i]:
+            if a in above[n]:
+                continue
+            clash = [
+                (u, v)
+                for u in run[a]
+                for v in run[n]
+                if problem.resources_of(u) & problem.resources_of(v)
+            ]
+            if not clash:
+                continue
+            b, first = share(a, n), m.new_bool_var(f"first[{a},{n}]")
+            for u, v in clash:
+                m.add(pe[a] <= ps[n]).only_enforce_if([first, x[a, u], x[n, v], b.Not()])
+                m.add(pe[n] <= ps[a]).only_enforce_if([first.Not(), x[a, u], x[n, v], b.Not()])
+
+
+def _cross_together(
+    m: Any,
+    problem: Problem,
+    every: Sequence[str],
+    entry: str | None,
+    run: Mapping[str, Sequence[str]],
+    x: Mapping[tuple[str, str], Any],
+    ps: Mapping[str, Any],
+    pe: Mapping[str, Any],
+    share: Any,
+    tick_us: float,
+) -> None:
+    """Two edges carrying different values whose producers share a partition on ``u`` and
+    whose readers share one on ``v`` (``u != v``) move in one transfer of both values."""
+    inside = set(every)
+    order = {n: i for i, n in enumerate(every)}
+    edges = [
+        (e.src, e.dst, problem.payload(i))
+        for i, e in enumerate(problem.edges)
+        if e.src in inside and e.dst in inside and e.dst != entry
+    ]
+
+    def joint(a: str, c: str) -> list[Any]:
+        if a == c:
+            return []
+        return [share(a, c) if order[a] < order[c] else share(c, a)]
+
+    for i, (q1, n1, load1) in enumerate(edges):
+        for q2, n2, load2 in edges[i + 1 :]:
+            if load1.keys() & load2.keys():
+                continue
+            both = sum(load1.values()) + sum(load2.values())
+            alone = max(sum(load1.values()), sum(load2.values()))
+            conds = [*joint(q1, q2), *joint(n1, n2)]
+            for u in run[q1]:
+                for v in run[n1]:
+                    if u == v or u not in run[q2] or v not in run[n2]:
+                        continue
+                    d = _ticks(problem.transfer_us(u, v, both), tick_us)
+                    if d > _ticks(problem.transfer_us(u, v, alone), tick_us):
+                        m.add(ps[n1] >= pe[q1] + d).only_enforce_if([*conds, x[q1, u], x[n1, v]])
+
+
+def _ancestors(problem: Problem, every: Sequence[str]) -> dict[str, set[str]]:
+    """Per node of ``every`` (topological), its ancestors among ``every``."""
+    inside = set(every)
+    above: dict[str, set[str]] = {}
+    for n in every:
+        above[n] = set()
+        for q in problem.preds(n):
+            if q in inside:
+                above[n] |= above[q] | {q}
+    return above
 
 
 def one_unit_bound(
@@ -299,6 +444,7 @@ def one_unit_bound(
         span_us=whole,
         entry_unit=a,
         exit_unit=a if region.exit is not None else None,
+        faithful=True,
     )
 
 
