@@ -55,6 +55,15 @@ SUITE = [
         "60 s. Planning only.",
     ),
     (
+        "region_model",
+        "region_model_bench.py",
+        [],
+        "pexact's region model with and without its pairwise parts (partitions of a unit take "
+        "turns; values crossing together pay one transfer) on Inception-v3 with CPU + a modeled "
+        "NPU, 15 s per region and model: each region's span, bound and simulated time, and "
+        "each model's assembled plan. Planning only.",
+    ),
+    (
         "runtime",
         "runtime_bench.py",
         [],

@@ -377,3 +377,40 @@ def test_partitions_of_one_unit_take_turns() -> None:
         got = simulate(p, plan).makespan_us
         assert got == pytest.approx(sol.span_us, abs=0.1 * len(p.nodes) + 1e-6)  # ticks
         assert sol.bound_us <= optimum(p) + 1e-6
+
+
+def test_interchangeable_units_are_used_in_one_order() -> None:
+    """Three equal NPU-like units: the model asks for them in one order (a plan using the
+    third before the first is mirrored), which keeps the true optimum."""
+    from partuner.plan.region_model import _in_order
+
+    nodes = ["s", "a", "b", "c", "j"]
+    edges = [("s", "a"), ("s", "b"), ("s", "c"), ("a", "j"), ("b", "j"), ("c", "j")]
+    cost = {"s": 1.0, "a": 6.0, "b": 5.0, "c": 4.0, "j": 1.0}
+    npus = ["n0", "n1", "n2"]
+    p = Problem(
+        nodes,
+        ["cpu", *npus],
+        {
+            n: {"cpu": c, **{u: (c / 3 if n in "abc" else math.inf) for u in npus}}
+            for n, c in cost.items()
+        },
+        [Edge(s, t, 100, (f"{s}:out",)) for s, t in edges],
+        default_link=Link(0.5, 1.0),
+        call_overhead_us={u: 0.2 for u in npus},
+    )
+    from partuner.plan.pexact import interchangeable
+
+    assert interchangeable(p) == [("n0", "n1"), ("n0", "n2"), ("n1", "n2")]
+    best = optimum(p)
+    s = _pexact().schedule(p, time_limit=20)
+    assert plan_from_schedule(p, s).predicted_us == pytest.approx(best, rel=1e-6)
+    assert s.lower_bound <= best + 1e-6
+    hint = {"s": "cpu", "a": "n2", "b": "n0", "c": "n2", "j": "cpu"}
+    assert _in_order(hint, nodes, [npus]) == {
+        "s": "cpu",
+        "a": "n0",
+        "b": "n1",
+        "c": "n0",
+        "j": "cpu",
+    }

@@ -51,6 +51,7 @@ from partuner.plan.simulate import partition_cost
 
 __all__ = [
     "PartitionExact",
+    "assemble",
     "interchangeable",
     "merge_partitions",
     "schedule_of_parts",
@@ -301,10 +302,10 @@ def solve_plan(
     bound_us = min(compose()[0][-1].values(), default=0.0)
     if first is None:
         return PlanSolution(None, "feasible", bound_us)
-    plans = [_assemble(parts, first)]
+    plans = [assemble(parts, first)]
     second = chain(True)
     if second is not None and any(s.faithful for s in second):
-        plans.append(_assemble(parts, second))
+        plans.append(assemble(parts, second))
     span = sum(s.span_us for s in first)
     status = "optimal" if span <= bound_us + _PROVEN_US else "feasible"
     return PlanSolution(plans[0], status, bound_us, plans[1:])
@@ -377,7 +378,7 @@ def _same_unit(problem: Problem, u: str, v: str) -> bool:
     return all((ru <= problem.resources_of(w)) == (rv <= problem.resources_of(w)) for w in others)
 
 
-def _assemble(
+def assemble(
     parts: Sequence[Region], chain: Sequence[RegionSolution]
 ) -> list[tuple[str, list[str]]]:
     """The regions' partitions as one list; a partition continuing the entering node's joins
