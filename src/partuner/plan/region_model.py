@@ -353,8 +353,10 @@ def _cross_together(
     share: Any,
     tick_us: float,
 ) -> None:
-    """Two edges carrying different values whose producers share a partition on ``u`` and
-    whose readers share one on ``v`` (``u != v``) move in one transfer of both values."""
+    """Values crossing between two partitions move in one transfer: per edge ``q -> n`` from
+    ``u`` to ``v``, ``n``'s partition starts after ``q``'s ends plus the transfer of the edge's
+    values and of every other value whose producer shares ``q``'s partition and a reader of
+    which shares ``n``'s (each value's bytes rounded down to ticks on its own)."""
     inside = set(every)
     order = {n: i for i, n in enumerate(every)}
     edges = [
@@ -362,26 +364,47 @@ def _cross_together(
         for i, e in enumerate(problem.edges)
         if e.src in inside and e.dst in inside and e.dst != entry
     ]
+    values: dict[Hashable, tuple[str, float, set[str]]] = {}
+    for q, n, load in edges:
+        for key, nbytes in load.items():
+            values.setdefault(key, (q, nbytes, set()))[2].add(n)
 
-    def joint(a: str, c: str) -> list[Any]:
-        if a == c:
-            return []
-        return [share(a, c) if order[a] < order[c] else share(c, a)]
+    def joint(a: str, c: str) -> Any:
+        return share(a, c) if order[a] < order[c] else share(c, a)
 
-    for i, (q1, n1, load1) in enumerate(edges):
-        for q2, n2, load2 in edges[i + 1 :]:
-            if load1.keys() & load2.keys():
+    for q1, n1, load in edges:
+        also: list[tuple[Any, str, set[str], float]] = []  # (crosses with it, src, readers, B)
+        for key, (q2, nbytes, readers) in values.items():
+            if key in load:
                 continue
-            both = sum(load1.values()) + sum(load2.values())
-            alone = max(sum(load1.values()), sum(load2.values()))
-            conds = [*joint(q1, q2), *joint(n1, n2)]
-            for u in run[q1]:
-                for v in run[n1]:
-                    if u == v or u not in run[q2] or v not in run[n2]:
-                        continue
-                    d = _ticks(problem.transfer_us(u, v, both), tick_us)
-                    if d > _ticks(problem.transfer_us(u, v, alone), tick_us):
-                        m.add(ps[n1] >= pe[q1] + d).only_enforce_if([*conds, x[q1, u], x[n1, v]])
+            with_q = [] if q2 == q1 else [joint(q1, q2)]
+            if n1 in readers:
+                clauses = [with_q]
+            else:
+                clauses = [[*with_q, joint(n1, n2)] for n2 in sorted(readers, key=order.get)]
+            z = m.new_bool_var(f"with[{q1},{n1},{key}]")
+            for lits in clauses:
+                m.add_bool_or([z, *(b.Not() for b in lits)])
+            also.append((z, q2, readers, nbytes))
+        if not also:
+            continue
+        own = sum(load.values())
+        for u in run[q1]:
+            for v in run[n1]:
+                if u == v:
+                    continue
+                link = problem.link(u, v)
+                extra = [
+                    (z, _ticks(nbytes / (link.gbps * 1e3), tick_us))
+                    for z, q2, readers, nbytes in also
+                    if u in run[q2] and any(v in run[r] for r in readers)
+                ]
+                extra = [(z, t) for z, t in extra if t > 0]
+                if extra:
+                    d = _ticks(problem.transfer_us(u, v, own), tick_us)
+                    m.add(pe[q1] + d + sum(t * z for z, t in extra) <= ps[n1]).only_enforce_if(
+                        [x[q1, u], x[n1, v]]
+                    )
 
 
 def _ancestors(problem: Problem, every: Sequence[str]) -> dict[str, set[str]]:
