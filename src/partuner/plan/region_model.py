@@ -21,19 +21,20 @@ adds, per node ``n`` (integer ticks, costs and delays rounded down as in ``exact
   the other, a boolean *same partition* and, for units sharing hardware, partitions that take
   turns: one ends (``PE``) before the other starts (``PS``). This also makes a call's
   overhead busy time, as it lies between ``PS`` and the partition's first node;
-* in such regions, per pair of edges carrying different values, the transfer of both when
-  their producers share a partition and so do their readers (a transfer carries every value
-  crossing between two partitions: its time grows with their bytes together).
+* in such regions, per edge, the transfer of its values and of every other value whose
+  producer shares its producer's partition and a reader of which shares its reader's (a
+  transfer carries every value crossing between two partitions: its time grows with their
+  bytes together).
 
 From any plan's simulated run one reads off an assignment of these variables (partition
 start/end, each partition's overhead and boundary costs first, then its nodes) that meets
 every constraint with the same latency, less the savings of fused groups it runs whole. The
-model counts only pairs of values crossing together, and in larger regions lets partitions
-interleave and counts a call's overhead only as a delay, so it is a relaxation: its proven
-bound, less the total possible group saving, is a lower bound on the predicted latency of
-every plan. Where the pairwise parts apply, the model and the simulation agree closely (on
-an Inception-v3 block with a modeled NPU, within the rounding to ticks), so its plans are
-the simulation's plans.
+model rounds each value's transfer down to ticks on its own, and in larger regions lets
+partitions interleave, counts a call's overhead only as a delay and each value's transfer
+alone, so it is a relaxation: its proven bound, less the total possible group saving, is a
+lower bound on the predicted latency of every plan. Where the pairwise parts apply, the model
+and the simulation agree closely (``benchmarks/region_model_bench.py``: Inception-v3's regions
+with a modeled NPU, within the rounding to ticks), so its plans are the simulation's plans.
 """
 
 from __future__ import annotations
