@@ -106,16 +106,10 @@ def solve_plan(
     free: dict[int, RegionSolution | None] = {}
     swaps = interchangeable(problem)
 
-    classes: dict[str, list[str]] = {}  # interchangeable units, in the order of problem.units
-    for u, v in swaps:
-        group = classes.get(u) or classes.get(v) or []
-        for w in (u, v):
-            if w not in group:
-                group.append(w)
-            classes[w] = group
-    mirrors = [
-        sorted(g, key=problem.units.index) for g in {id(g): g for g in classes.values()}.values()
-    ]
+    mirrors: list[list[str]] = []  # classes of interchangeable units, in problem.units order
+    for u in problem.units:
+        if not any(u in g for g in mirrors) and any(a == u for a, _ in swaps):
+            mirrors.append([u, *(v for a, v in swaps if a == u)])
 
     faithful: dict[Job, RegionSolution] = {}  # from the model with its pairwise parts
 
@@ -197,22 +191,40 @@ def solve_plan(
             if easy is not None:
                 settle(job[0], easy, pinned=True)
 
+    def chain(use_faithful: bool = False) -> tuple[float, list[RegionSolution]] | None:
+        """The fastest chain of solved regions (by their spans; with ``use_faithful``, a
+        region's faithful solution where it has one), over the unit holding each boundary."""
+        best: dict[str | None, tuple[float, Any]] = {None: (0.0, None)}  # span, (sol, back)
+        for jobs in by_region:
+            nbest: dict[str | None, tuple[float, Any]] = {}
+            for job in jobs:
+                sol = (faithful.get(job) if use_faithful else None) or solved.get(job)
+                prev = best.get(job[1])
+                if sol is not None and prev is not None:
+                    cand = (prev[0] + sol.span_us, (sol, prev[1]))
+                    if job[2] not in nbest or cand[0] < nbest[job[2]][0]:
+                        nbest[job[2]] = cand
+            best = nbest
+        if not best:
+            return None
+        span, link = min(best.values(), key=lambda v: v[0])
+        out: list[RegionSolution] = []
+        while link is not None:
+            out.append(link[0])
+            link = link[1]
+        return span, out[::-1]
+
     def compose() -> tuple[list[dict[str | None, float]], list[dict[str | None, float]], float]:
         """Per region, the least bound of reaching each entering unit (forward) and of going
         on from it to the end (backward); and the span of the best chain of solved regions."""
         fwd: list[dict[str | None, float]] = [{None: 0.0}]
-        got: dict[str | None, float] = {None: 0.0}
         for jobs in by_region:
             nxt: dict[str | None, float] = {}
-            ngot: dict[str | None, float] = {}
             for job in jobs:
                 _, a, b = job
                 if a in fwd[-1]:
                     nxt[b] = min(nxt.get(b, math.inf), fwd[-1][a] + bound_of(job))
-                if a in got and job in solved:
-                    ngot[b] = min(ngot.get(b, math.inf), got[a] + solved[job].span_us)
             fwd.append(nxt)
-            got = ngot
         bwd: list[dict[str | None, float]] = [{} for _ in parts]
         bwd.append(dict.fromkeys(fwd[-1], 0.0))
         for k in range(len(parts) - 1, -1, -1):
@@ -220,7 +232,8 @@ def solve_plan(
                 _, a, b = job
                 if b in bwd[k + 1]:
                     bwd[k][a] = min(bwd[k].get(a, math.inf), bound_of(job) + bwd[k + 1][b])
-        return fwd, bwd, min(got.values(), default=math.inf)
+        best = chain()
+        return fwd, bwd, best[0] if best is not None else math.inf
 
     fwd, bwd, top = compose()
 
@@ -267,28 +280,12 @@ def solve_plan(
                     settle(job[0], sol, pinned=True)
                     fwd, bwd, top = compose()
 
-    def chain(use_faithful: bool) -> list[RegionSolution] | None:
-        """The fastest chain of solved regions (by their spans; with ``use_faithful``, a
-        region's faithful solution where it has one), over the unit holding each boundary."""
-        best: dict[str | None, tuple[float, list[RegionSolution]]] = {None: (0.0, [])}
-        for jobs in by_region:
-            nbest: dict[str | None, tuple[float, list[RegionSolution]]] = {}
-            for job in jobs:
-                sol = (faithful.get(job) if use_faithful else None) or solved.get(job)
-                prev = best.get(job[1])
-                if sol is not None and prev is not None:
-                    cand = (prev[0] + sol.span_us, [*prev[1], sol])
-                    if job[2] not in nbest or cand[0] < nbest[job[2]][0]:
-                        nbest[job[2]] = cand
-            best = nbest
-        return min(best.values(), key=lambda v: v[0])[1] if best else None
-
     # Time left once every pair that matters is proven: the regions of the best chain again,
     # with the pairwise parts (whose plans the simulation agrees with), from the proven bound.
-    first = chain(False)
+    first = chain()
     redo = [
         (k, sol.entry_unit, sol.exit_unit)
-        for k, sol in enumerate(first or [])
+        for k, sol in enumerate(first[1] if first is not None else [])
         if len(parts[k].nodes) < PAIRS_UP_TO and not sol.faithful
     ]
     for i, job in enumerate(redo):
@@ -302,12 +299,11 @@ def solve_plan(
     bound_us = min(compose()[0][-1].values(), default=0.0)
     if first is None:
         return PlanSolution(None, "feasible", bound_us)
-    plans = [assemble(parts, first)]
-    second = chain(True)
-    if second is not None and any(s.faithful for s in second):
-        plans.append(assemble(parts, second))
-    span = sum(s.span_us for s in first)
-    status = "optimal" if span <= bound_us + _PROVEN_US else "feasible"
+    plans = [assemble(parts, first[1])]
+    second = chain(use_faithful=True)
+    if second is not None and any(s.faithful for s in second[1]):
+        plans.append(assemble(parts, second[1]))
+    status = "optimal" if first[0] <= bound_us + _PROVEN_US else "feasible"
     return PlanSolution(plans[0], status, bound_us, plans[1:])
 
 
