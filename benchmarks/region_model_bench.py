@@ -27,8 +27,9 @@ from plan_bench import cpu_conv_gflops, unit_sets  # noqa: E402
 
 from partuner.graph import load_model, zoo  # noqa: E402
 from partuner.pipeline import build_problem  # noqa: E402
+from partuner.plan.assemble import assemble, merge_partitions, schedule_of_parts  # noqa: E402
 from partuner.plan.decompose import regions  # noqa: E402
-from partuner.plan.pexact import assemble, merge_partitions, schedule_of_parts  # noqa: E402
+from partuner.plan.pexact import PartitionExact  # noqa: E402
 from partuner.plan.region_model import solve_region  # noqa: E402
 from partuner.profile import ProfileStore, profile_model  # noqa: E402
 from partuner.units import units_from_mapping  # noqa: E402
@@ -58,7 +59,7 @@ def main() -> None:
                 entry_unit="cpu" if region.entry is not None else None,
                 exit_unit="cpu" if region.exit is not None else None,
                 time_limit=limit,
-                workers=8,
+                workers=PartitionExact().workers,  # pexact's own setting
                 pairs=pairs,
             )
             if sol is None:

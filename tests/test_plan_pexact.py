@@ -256,7 +256,7 @@ def test_schedule_partitions_are_honoured_or_recut() -> None:
 
 
 def test_merging_drops_calls_that_buy_nothing() -> None:
-    from partuner.plan.pexact import merge_partitions
+    from partuner.plan.assemble import merge_partitions
 
     p = boundary_problem()
     cut_up = [("u", ["a"]), ("u", ["b"]), ("u", ["c"]), ("u", ["d"]), ("u", ["e"])]
@@ -414,3 +414,103 @@ def test_interchangeable_units_are_used_in_one_order() -> None:
         "c": "n0",
         "j": "cpu",
     }
+
+
+def test_each_region_takes_the_faster_of_both_models_plans() -> None:
+    """The per-region choice between the smaller model's chain and the whole model's
+    solutions: a region's whole-model solution replaces its plan in the chain where its span
+    is below the region's simulated time there, and only then."""
+    from partuner.plan.assemble import assemble, best_per_region, schedule_of_parts
+    from partuner.plan.decompose import regions
+    from partuner.plan.region_model import RegionSolution
+
+    p = series_of_diamonds(2)
+    parts = regions(p, 4)
+    assert [(r.entry, r.exit) for r in parts] == [(None, "j0"), ("j0", None)]
+    first = ["s", "b0", "c0", "j0"]
+    second = ["b1", "c1", "j1"]
+
+    def sol(layout, span, entry_unit, exit_unit, faithful=False):
+        assign = {n: u for u, ns in layout for n in ns}
+        if entry_unit is not None:
+            del assign["j0"]  # the entering node belongs to the region before
+        return RegionSolution(
+            assign, layout, "feasible", 0.0, span, entry_unit, exit_unit, faithful=faithful
+        )
+
+    keep0 = sol([("u", first)], 0.0, None, "u")
+    slow1 = sol([("u", ["j0"]), ("v", second)], 0.0, "u", None)  # everything on the slow unit
+    plan = assemble(parts, [keep0, slow1])
+    _, slow = schedule_of_parts(p, plan, "t")
+    fast1 = sol([("u", ["j0", *second])], sum(p.cost[n]["u"] for n in second), "u", None, True)
+    worse0 = sol([("v", first)], 1e6, None, "u", True)  # a whole-model plan slower than keep0
+    faithful = {(0, None, "u"): worse0, (1, "u", None): fast1}
+    mixed = best_per_region(p, parts, [keep0, slow1], plan, faithful)
+    assert mixed == assemble(parts, [keep0, fast1])
+    assert schedule_of_parts(p, mixed, "t")[1] < slow
+    # nothing faster on offer: no new plan
+    slower = {(1, "u", None): sol([("u", ["j0"]), ("v", second)], 1e6, "u", None, True)}
+    assert best_per_region(p, parts, [keep0, fast1], mixed, slower) is None
+
+
+def test_region_solver_settings() -> None:
+    """Full searches without LP first (see region_model._solver), one worker left for
+    neighbourhood search; one worker searches without LP."""
+    from partuner.plan.exact import _cp_model
+    from partuner.plan.region_model import _FULL_SEARCHES, _solver
+
+    cp_model = _cp_model()
+    three = _solver(cp_model, 1.0, 3, 0).parameters
+    assert list(three.subsolvers) == list(_FULL_SEARCHES[:2]) == ["no_lp", "max_lp"]
+    assert three.num_workers == 3
+    one = _solver(cp_model, 1.0, 1, 0).parameters
+    assert one.num_workers == 1 and one.linearization_level == 0 and not one.subsolvers
+
+
+def test_a_fixed_placement_is_partitioned_and_kept() -> None:
+    """``units_of``: the solve keeps the given units and only partitions and orders them."""
+    from partuner.plan.decompose import regions
+    from partuner.plan.region_model import solve_region
+
+    p = two_values_problem()
+    (region,) = regions(p, 16)
+    sol = solve_region(p, region, time_limit=10, pairs=True, units_of={"x": "u", "y": "u"})
+    assert sol.assignment == {"s": "u", "x": "u", "y": "u", "z": "u"}
+    assert sol.span_us == pytest.approx(1 + 180 + 180 + 1, abs=0.5)  # one partition on u
+    assert sol.span_us > optimum(p)  # x on v is faster: the placement, not the model, holds it
+
+
+def test_two_nodes_of_one_partition_cannot_pose_as_two() -> None:
+    """``s -> a -> x`` and ``s -> y``: with ``s`` and ``a`` in one partition on ``u`` and ``x``,
+    ``y`` in one on ``v``, both values cross in one transfer (200 µs, not 100 µs each side by
+    side). The model's "same partition" booleans are exact, so its span of that placement is
+    the simulated one (the model once let ``s`` and ``a`` pose as two partitions there)."""
+    from partuner.plan.decompose import regions
+    from partuner.plan.region_model import solve_region
+
+    cost = {"s": (1.0, math.inf), "a": (1.0, math.inf), "x": (180.0, 1.0), "y": (180.0, 1.0)}
+    cost["z"] = (1.0, math.inf)
+    p = Problem(
+        list(cost),
+        ["u", "v"],
+        {n: {"u": a, "v": b} for n, (a, b) in cost.items()},
+        [
+            Edge("s", "a", 1000, ("s:out",)),
+            Edge("a", "x", 1000, ("a:out",)),
+            Edge("s", "y", 1000, ("s:out",)),
+            Edge("x", "z", 10, ("x:out",)),
+            Edge("y", "z", 10, ("y:out",)),
+        ],
+        default_link=Link(1.0, 0.01),
+        call_overhead_us={"u": 150.0, "v": 50.0},  # s and a are best kept in one call
+    )
+    (region,) = regions(p, 16)
+    placed = {"s": "u", "a": "u", "x": "v", "y": "v", "z": "u"}
+    sol = solve_region(p, region, time_limit=10, pairs=True, units_of=placed)
+    assert sol.status == "optimal" and sol.assignment == placed
+    plan = [Partition(f"p{i}", u, tuple(ns)) for i, (u, ns) in enumerate(sol.parts)]
+    got = simulate(p, plan).makespan_us
+    assert got == pytest.approx(sol.span_us, abs=0.1 * len(p.nodes) + 1e-6)  # ticks
+    # {s, a} 152; y's call once s:out is over (101 µs) and x's after it (51 µs each): one
+    # partition {x, y} would wait for both values together (201 µs); x:out back 2 µs, {z} 151
+    assert got == pytest.approx(152 + 101 + 51 + 51 + 2 + 151)

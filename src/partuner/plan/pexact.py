@@ -17,7 +17,7 @@ in one order only. The regions are solved with the model's smaller form (sooner 
 left once every pair that matters is proven goes to re-solving the best chain's regions with
 the pairwise parts, whose plans the simulation agrees with. The plans both give assemble the
 regions' partitions (their node order from the solver), merge a unit's neighbouring
-partitions wherever that does not slow the plan down (:func:`merge_partitions`) and are
+partitions wherever that does not slow the plan down (:mod:`partuner.plan.assemble`) and are
 simulated for real: the fastest is returned, or the best warm-start plan when it predicts
 faster or the relaxation's partitions cannot run.
 """
@@ -26,17 +26,24 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from partuner.errors import InfeasiblePlanError, PartunerError
+from partuner.plan.assemble import (
+    assemble,
+    best_per_region,
+    merge_partitions,
+    schedule_of_parts,
+)
 from partuner.plan.common import lower_bound
-from partuner.plan.decompose import Region, regions
+from partuner.plan.decompose import regions
 from partuner.plan.exact import _cp_model, group_slack, heuristic_schedules
 from partuner.plan.memory import overflow
-from partuner.plan.partitions import Partition, plan_from_schedule, run_order, simulate
+from partuner.plan.partitions import plan_from_schedule
 from partuner.plan.problem import Problem
 from partuner.plan.region_model import (
     PAIRS_UP_TO,
@@ -46,22 +53,15 @@ from partuner.plan.region_model import (
     solve_region,
 )
 from partuner.plan.registry import Scheduler, register
-from partuner.plan.schedule import Schedule, Slot
-from partuner.plan.simulate import partition_cost
+from partuner.plan.schedule import Schedule
 
-__all__ = [
-    "PartitionExact",
-    "assemble",
-    "interchangeable",
-    "merge_partitions",
-    "schedule_of_parts",
-    "solve_plan",
-]
+__all__ = ["PartitionExact", "interchangeable", "solve_plan"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIME_LIMIT_S = 30.0
 DEFAULT_REGION_NODES = 16
+_POLISH_SHARE = 0.3  # of a region's time in the last stage, for its placement alone
 _PROVEN_US = 1e-3  # a span within this of its bound is proven (bounds lose float noise)
 
 
@@ -93,10 +93,12 @@ def solve_plan(
     Each region is solved first with its boundary units left to the solver (a bound for every
     pair of them), then, as time allows, once per pair of boundary units (entering, leaving)
     not already settled: a pair the free solve chose and proved, or one mirroring a solved
-    pair across two interchangeable units (:func:`interchangeable`). Pairs whose region is
-    small beside the links settle without a solver (:func:`one_unit_bound`), and a pair is
-    solved only while some chain through it could still be faster, by the bounds, than the
-    best chain of solved regions and than ``upper_us`` (a known plan's latency)."""
+    pair across two interchangeable units (:func:`interchangeable`); a free solve not proven
+    is repeated first (one search for every pair), the widest gaps first and longest. Pairs
+    whose region is small beside the links settle without a solver (:func:`one_unit_bound`),
+    and a pair is solved only while some chain through it could still be faster, by the
+    bounds, than the best chain of solved regions and than ``upper_us`` (a known plan's
+    latency)."""
     deadline = time.monotonic() + max(0.0, time_limit)
     parts = regions(problem, max_region)
     if not parts:
@@ -115,8 +117,10 @@ def solve_plan(
 
     def solve(k: int, a: str | None, b: str | None, limit: float) -> RegionSolution | None:
         mine = solved.get((k, a, b))  # a solution found before starts this solve
+        if a is None and b is None:
+            mine = free.get(k)
         tips = [mine.assignment, *hints] if mine is not None else list(hints)
-        return region(k, a, b, limit, tips, pairs=False)
+        return region(k, a, b, limit, tips, pairs=False, floor_us=bound_of((k, a, b)))
 
     def region(
         k: int,
@@ -263,21 +267,55 @@ def solve_plan(
         if sol is not None:
             settle(k, sol, pinned=len(by_region[k]) == 1)
             fwd, bwd, top = compose()
+
+    def open_free(k: int) -> bool:
+        """Region ``k`` has a free solve that is not proven."""
+        sol = free.get(k)
+        return sol is not None and sol.span_us > sol.bound_us + _PROVEN_US
+
+    def wanted_job(job: Job) -> bool:
+        if job[1] is None and job[2] is None and len(by_region[job[0]]) > 1:
+            return open_free(job[0]) and any(wanted(j) for j in by_region[job[0]])
+        return wanted(job)
+
+    def gap(job: Job) -> float:
+        """How far ``job``'s bound may lie below its plan (a region's widest gap where the
+        job has no plan of its own yet)."""
+        f = free.get(job[0])
+        if job[1] is None and job[2] is None and f is not None:
+            return max(_PROVEN_US, f.span_us - f.bound_us)
+        sol = solved.get(job) or max(
+            (solved[j] for j in by_region[job[0]] if j in solved),
+            key=lambda sol: sol.span_us,
+            default=None,
+        )
+        return max(_PROVEN_US, sol.span_us - bound_of(job)) if sol is not None else math.inf
+
     for _ in range(3):  # then once more for what is still unproven, with the time left
         todo, tried = [], set()
         for job in pinned:  # one job per class of jobs mirrored by interchangeable units
+            if open_free(job[0]):  # one search for every pair: the free solve, once more
+                job = (job[0], None, None)
             images = {(job[0], _swap(job[1], u, v), _swap(job[2], u, v)) for u, v in swaps}
-            if wanted(job) and not images & tried:
+            if wanted_job(job) and not images & tried:
                 todo.append(job)
                 tried.add(job)
+        # the widest gaps first and with the most time: a proof needs one long search, and
+        # a region far from proven holds the bound of every chain down
+        todo.sort(key=gap, reverse=True)
         for i, job in enumerate(todo):
             left = deadline - time.monotonic()
             if left <= 0.01:
                 break
-            if wanted(job):
-                sol = solve(*job, left / sum(1 for j in todo[i:] if wanted(j)))
+            if wanted_job(job):
+                rest = [gap(j) for j in todo[i:] if wanted_job(j)]
+                share = 1.0 / len(rest) if math.isinf(sum(rest)) else gap(job) / sum(rest)
+                sol = solve(*job, left * share)
                 if sol is not None:
-                    settle(job[0], sol, pinned=True)
+                    is_free = job[1] is None and job[2] is None and len(by_region[job[0]]) > 1
+                    if is_free:
+                        free[job[0]] = sol
+                    settle(job[0], sol, pinned=not is_free)
                     fwd, bwd, top = compose()
 
     # Time left once every pair that matters is proven: the regions of the best chain again,
@@ -292,8 +330,22 @@ def solve_plan(
         left = (deadline - time.monotonic()) / (len(redo) - i)
         if left <= 0.01:
             break
+        # from the smaller model's plan, partitions and all: the whole model's span of it is
+        # its simulated time, so the solve starts from there, not from its assignment alone
+        grouped = [nodes for _, nodes in solved[job].parts]
         tips = [solved[job].assignment, *hints]
-        sol = region(*job, left, tips, pairs=True, floor_us=bound_of(job))
+        # first that plan's placement alone, partitioned and ordered anew: a small search that
+        # gives a plan the simulation agrees with (its bound is the placement's, not kept)
+        t0 = time.monotonic()
+        kept = region(
+            *job, left * _POLISH_SHARE, tips, pairs=True, grouped=grouped, units_of=tips[0]
+        )
+        if kept is not None and (job not in faithful or kept.span_us < faithful[job].span_us):
+            faithful[job] = kept
+        left -= time.monotonic() - t0
+        if left <= 0.01:
+            continue
+        sol = region(*job, left, tips, pairs=True, floor_us=bound_of(job), grouped=grouped)
         if sol is not None:
             settle(job[0], sol, pinned=True)
     bound_us = min(compose()[0][-1].values(), default=0.0)
@@ -303,6 +355,9 @@ def solve_plan(
     second = chain(use_faithful=True)
     if second is not None and any(s.faithful for s in second[1]):
         plans.append(assemble(parts, second[1]))
+        mixed = best_per_region(problem, parts, first[1], plans[0], faithful)
+        if mixed is not None:
+            plans.append(mixed)
     status = "optimal" if first[0] <= bound_us + _PROVEN_US else "feasible"
     return PlanSolution(plans[0], status, bound_us, plans[1:])
 
@@ -374,109 +429,6 @@ def _same_unit(problem: Problem, u: str, v: str) -> bool:
     return all((ru <= problem.resources_of(w)) == (rv <= problem.resources_of(w)) for w in others)
 
 
-def assemble(
-    parts: Sequence[Region], chain: Sequence[RegionSolution]
-) -> list[tuple[str, list[str]]]:
-    """The regions' partitions as one list; a partition continuing the entering node's joins
-    the one holding that node."""
-    out: list[tuple[str, list[str]]] = []
-    where: dict[str, int] = {}
-    for region, sol in zip(parts, chain, strict=True):
-        for unit, members in sol.parts:
-            if region.entry is not None and members[0] == region.entry:
-                rest = members[1:]
-                if rest:
-                    out[where[region.entry]][1].extend(rest)
-                    for n in rest:
-                        where[n] = where[region.entry]
-                continue
-            where.update(dict.fromkeys(members, len(out)))
-            out.append((unit, list(members)))
-    return out
-
-
-def merge_partitions(
-    problem: Problem, parts: Sequence[tuple[str, Sequence[str]]], deadline: float = math.inf
-) -> list[tuple[str, list[str]]]:
-    """Merge each partition into the one its unit runs before it wherever the predicted
-    latency does not grow (the model does not charge a call's overhead as busy time, so its
-    plans may cut a unit's work more often than it pays), until no merge is left or
-    ``deadline`` (:func:`time.monotonic`) passes.
-
-    Raises
-    ------
-    PartitionCycleError
-        ``parts`` cannot run in this order.
-    """
-    out = [(u, list(ns)) for u, ns in parts]
-
-    def latency(cand: list[tuple[str, list[str]]]) -> float:
-        return simulate(
-            problem, [Partition(f"p{i}", u, tuple(ns)) for i, (u, ns) in enumerate(cand)]
-        ).makespan_us
-
-    best = latency(out)
-    merged = True
-    while merged and time.monotonic() < deadline:  # passes until one merges nothing
-        merged = False
-        last: dict[str, int] = {}  # per unit, the position of its latest partition so far
-        j = 0
-        while j < len(out) and time.monotonic() < deadline:
-            unit = out[j][0]
-            i = last.get(unit)
-            if i is not None:
-                cand = [*out[:i], (unit, out[i][1] + out[j][1]), *out[i + 1 : j], *out[j + 1 :]]
-                try:
-                    got = latency(cand)
-                except PartunerError:  # the merged partition would wait for its own outputs
-                    got = math.inf
-                if got <= best * (1 + 1e-12):
-                    out, best, merged = cand, got, True
-                    continue  # the next partition now sits at j; i holds the merged one
-            last[unit] = j
-            j += 1
-    return out
-
-
-def schedule_of_parts(
-    problem: Problem, parts: Sequence[tuple[str, Sequence[str]]], name: str
-) -> tuple[Schedule, float]:
-    """Simulate ``parts`` (in this order) and lay each partition's nodes out after its call
-    overhead and boundary cost; returns the schedule and the plan's predicted latency.
-
-    Raises
-    ------
-    PartitionCycleError
-        The partitions cannot run in this order.
-    """
-    partitions = [Partition(f"p{i}", u, tuple(ns)) for i, (u, ns) in enumerate(parts)]
-    timing = simulate(problem, partitions)
-    part_of = {n: i for i, (_, ns) in enumerate(parts) for n in ns}
-    slots: dict[str, Slot] = {}
-    free: dict[str, float] = {}  # per hardware resource
-    read: list[dict[Hashable, float]] = [{} for _ in parts]  # values each reads from others
-    for k, edge in enumerate(problem.edges):
-        if part_of[edge.src] != part_of[edge.dst]:
-            read[part_of[edge.dst]].update(problem.payload(k))
-    for i in run_order(problem, partitions, timing):
-        unit, members = parts[i]
-        res = problem.resources_of(unit)
-        t = timing.start_us[f"p{i}"] + partition_cost(problem, unit, [], sum(read[i].values()))
-        t = max([t, *(free.get(r, 0.0) for r in res)])
-        for n in members:
-            for p in problem.preds(n):
-                if part_of[p] != i:
-                    t = max(t, slots[p].end + problem.comm_us(p, n, slots[p].unit, unit))
-                else:
-                    t = max(t, slots[p].end)
-            slots[n] = Slot(n, unit, t, t + problem.cost[n][unit])
-            t = slots[n].end
-        for r in res:
-            free[r] = t
-    own = [tuple(ns) for _, ns in parts]
-    return Schedule(slots, name, "feasible", partitions=own), timing.makespan_us
-
-
 @register
 class PartitionExact(Scheduler):
     """Plans with the least predicted latency, by a partition-level CP-SAT model per region.
@@ -489,8 +441,8 @@ class PartitionExact(Scheduler):
 
     ``time_limit`` (seconds, default 30) covers the warm-start heuristics and the solves;
     ``region_nodes`` (default 16) the size regions are merged up to; ``workers`` CP-SAT's
-    search workers (default 8, CP-SAT's portfolio of search strategies, whatever the core
-    count).
+    search workers (default: the CPU count, at least 3, at most 8; see
+    :func:`partuner.plan.region_model.solve_region` for what they run).
     """
 
     name = "pexact"
@@ -505,7 +457,7 @@ class PartitionExact(Scheduler):
     ) -> None:
         self.tick_us = tick_us
         self.region_nodes = region_nodes
-        self.workers = workers or 8
+        self.workers = workers or max(3, min(8, os.cpu_count() or 1))
         self.seed = seed
 
     def schedule(self, problem: Problem, *, time_limit: float | None = None) -> Schedule:
@@ -551,6 +503,7 @@ class PartitionExact(Scheduler):
             try:  # the plans of both models: the simulation decides
                 merged = merge_partitions(problem, parts, deadline + 0.1 * budget)
                 sched, latency = schedule_of_parts(problem, merged, self.name)
+                log.debug("pexact: assembled plan of %d partitions: %.1f us", len(merged), latency)
                 if overflow(problem, sched.assignment) is None and (
                     best is None or latency < best[0]
                 ):

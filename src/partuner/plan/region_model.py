@@ -55,6 +55,8 @@ TICK_US = 0.1
 PAIRS_UP_TO = 40  # nodes in a region up to which pairs of nodes and edges are modeled
 _EPS_TICKS = 1e-6
 _TIE_SHARE = 0.2  # of a region's time, at most, for breaking ties once its span is proven
+# CP-SAT's full searches for these models, best first (see _solver)
+_FULL_SEARCHES = ("no_lp", "max_lp", "quick_restart_no_lp", "default_lp")
 
 
 def _ticks(us: float, tick: float) -> int:
@@ -97,6 +99,8 @@ def solve_region(
     seed: int = 0,
     pairs: bool = True,
     floor_us: float = 0.0,
+    grouped: Sequence[Sequence[str]] = (),
+    units_of: Mapping[str, str] | None = None,
 ) -> RegionSolution | None:
     """Solve the partition-level model of ``region`` (see :func:`partuner.plan.decompose.regions`):
     its entry node (if any) ends at time 0 on ``entry_unit``, its exit on ``exit_unit`` (either
@@ -106,8 +110,11 @@ def solve_region(
     class's units not pinned here in their listed order (by the first node on each), so the
     model asks for that order (and hints are mirrored to it). ``pairs`` False leaves the
     pairwise parts out (a smaller relaxation, often proven sooner); ``floor_us``, a proven
-    bound on the span (from that smaller model), helps the solver prove. None when the solver
-    found no plan in time (then nothing is proven)."""
+    bound on the span (from that smaller model), helps the solver prove; ``grouped``, the
+    partitions of the first hint (lists of nodes), warm-starts which nodes share one.
+    ``units_of`` fixes the unit of the nodes it names (mirrored like the hints): the solve then
+    only partitions and orders that placement, and its bound holds for it alone. None when the
+    solver found no plan in time (then nothing is proven)."""
     cp_model = _cp_model()
     m = cp_model.CpModel()
     entry = region.entry
@@ -147,6 +154,10 @@ def solve_region(
                     m.add_bool_or([x[n, v].Not(), *seen])
                 if (n, u) in x:
                     seen.append(x[n, u])
+    if units_of is not None:
+        for n, u in _in_order(units_of, every, in_turn).items():
+            if (n, u) in x:
+                m.add(x[n, u] == 1)
     if entry is not None:
         m.add(s[entry] == origin)
         m.add(e[entry] == origin)
@@ -185,29 +196,34 @@ def solve_region(
                 if d > 0:
                     m.add(ps[n] >= pe[q] + d).only_enforce_if([b.Not(), x[q, u], x[n, v]])
 
-    charges: dict[str, list[tuple[Any, float]]] = {n: [] for n in every}
+    faithful = pairs and len(every) <= PAIRS_UP_TO
+    above = _ancestors(problem, every) if faithful else {}
     sibling: dict[tuple[str, str], Any] = {}
+
+    def share(a: str, c: str) -> Any:
+        """The "same partition" boolean of two nodes (earlier first). With the pairwise parts
+        it is exact: for an ancestor ``a`` of ``c`` in another partition, ``c``'s starts after
+        ``a``'s ends (whatever path leads from one to the other leaves ``a``'s partition at its
+        end), and nodes of one unit neither of which leads to the other take turns
+        (:func:`_take_turns`); so two nodes of one partition cannot pose as two partitions."""
+        if (a, c) in same:
+            return same[a, c]
+        if (a, c) not in sibling:
+            b = sibling[a, c] = m.new_bool_var(f"sib[{a},{c}]")
+            together(b, a, c)
+            if a in above.get(c, ()):
+                m.add(ps[c] >= pe[a]).only_enforce_if(b.Not())
+        return sibling[a, c]
+
+    charges: dict[str, list[tuple[Any, float]]] = {n: [] for n in every}
     for key, (src, readers) in values.items():
         ordered = sorted(readers, key=problem.index)
         for k, n in enumerate(ordered):
-            earlier = []
-            for a in ordered[:k]:
-                if (a, n) not in sibling:
-                    b = sibling[a, n] = m.new_bool_var(f"sib[{a},{n}]")
-                    together(b, a, n)
-                earlier.append(sibling[a, n])
+            earlier = [share(a, n) for a in ordered[:k]]
             paid = m.new_bool_var(f"paid[{key},{n}]")
             m.add_bool_or([paid, same[src, n], *earlier])
             charges[n].append((paid, readers[n]))
 
-    def share(a: str, c: str) -> Any:
-        """The "same partition" boolean of two nodes (earlier first)."""
-        if (a, c) not in sibling:
-            b = sibling[a, c] = m.new_bool_var(f"sib[{a},{c}]")
-            together(b, a, c)
-        return sibling[a, c]
-
-    faithful = pairs and len(every) <= PAIRS_UP_TO
     if faithful:
         _take_turns(m, problem, every, run, x, ps, pe, share)
         _cross_together(m, problem, every, entry, run, x, ps, pe, share, tick_us)
@@ -245,11 +261,13 @@ def solve_region(
         for (n, u), b in x.items():
             if n in hint:
                 m.add_hint(b, hint[n] == u)
+        if grouped:  # and its partitions: which nodes share one
+            group = {n: i for i, members in enumerate(grouped) for n in members}
+            for (a, c), b in (*same.items(), *sibling.items()):
+                if a in group and c in group:
+                    m.add_hint(b, group[a] == group[c])
 
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, time_limit)
-    solver.parameters.num_workers = max(1, workers)
-    solver.parameters.random_seed = seed
+    solver = _solver(cp_model, time_limit, workers, seed)
     t0 = time.monotonic()
     code = solver.solve(m)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -268,10 +286,7 @@ def solve_region(
             m.add_hint(var, solver.value(var))
         m.add(span <= best)
         m.minimize(sum(b.Not() for b in same.values()))
-        tie = cp_model.CpSolver()
-        tie.parameters.max_time_in_seconds = left
-        tie.parameters.num_workers = max(1, workers)
-        tie.parameters.random_seed = seed
+        tie = _solver(cp_model, left, workers, seed)
         if tie.solve(m) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             solver = tie
             best = solver.value(span)
@@ -294,6 +309,24 @@ def solve_region(
         exit_unit=assignment[region.exit] if region.exit is not None else None,
         faithful=faithful,
     )
+
+
+def _solver(cp_model: Any, time_limit: float, workers: int, seed: int) -> Any:
+    """A CP-SAT solver for these models. Their proofs come from search, not from the LP
+    relaxation: CP-SAT's default portfolio rarely moves the bound of an Inception-v3 block
+    before its search without LP (``no_lp``) exhausts the tree, and on few cores its LP workers
+    take that search's time (docs/algorithms.md). So the full searches are :data:`_FULL_SEARCHES`
+    in that order, as many as ``workers`` allow with one worker kept for CP-SAT's neighbourhood
+    search."""
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, time_limit)
+    solver.parameters.num_workers = max(1, workers)
+    solver.parameters.random_seed = seed
+    if workers <= 1:
+        solver.parameters.linearization_level = 0
+    else:
+        solver.parameters.subsolvers.extend(_FULL_SEARCHES[: max(1, workers - 1)])
+    return solver
 
 
 def _in_order(
