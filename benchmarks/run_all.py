@@ -96,7 +96,8 @@ SUITE = [
         [],
         "Splitting one batch across units by measured throughput: measured throughput against "
         "the sum of the units' own throughputs (the physical limit) and against the seed's "
-        "greedy split.",
+        'greedy split. "ceiling %": the exact split\'s predicted throughput (each unit at its '
+        "own speed alone on its share, timed at that size) against the same limit.",
     ),
     (
         "example",
