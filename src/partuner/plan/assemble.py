@@ -20,7 +20,13 @@ from partuner.plan.region_model import RegionSolution
 from partuner.plan.schedule import Schedule, Slot
 from partuner.plan.simulate import partition_cost
 
-__all__ = ["assemble", "best_per_region", "merge_partitions", "schedule_of_parts"]
+__all__ = [
+    "assemble",
+    "best_per_region",
+    "merge_partitions",
+    "region_times",
+    "schedule_of_parts",
+]
 
 _SHORTER_US = 1e-3  # a span this much below a simulated time is faster (float noise aside)
 
@@ -139,16 +145,31 @@ def best_per_region(
     replaced by the whole model's solution for the same boundary units where that one's span
     (its simulated time) is below the region's simulated time in ``plan``; None when no region
     changes or ``plan`` does not run."""
+    times = region_times(problem, parts, plan)
+    if times is None:
+        return None
+    out, changed = [], False
+    for k, sol in enumerate(chain):
+        other = faithful.get((k, sol.entry_unit, sol.exit_unit))
+        if other is not None and other.span_us < times[k] - _SHORTER_US:
+            sol, changed = other, True
+        out.append(sol)
+    return assemble(parts, out) if changed else None
+
+
+def region_times(
+    problem: Problem, parts: Sequence[Region], plan: list[tuple[str, list[str]]]
+) -> list[float] | None:
+    """Each region's time in ``plan``'s simulation: from the end of its entering node to the end
+    of its leaving node (the last region: to the plan's end); None when ``plan`` does not
+    run."""
     try:
         sched, latency = schedule_of_parts(problem, plan, "pexact")
     except PartunerError:
         return None
-    out, prev, changed = [], 0.0, False
-    for k, sol in enumerate(chain):
-        end = sched.slots[parts[k].exit].end if parts[k].exit is not None else latency
-        other = faithful.get((k, sol.entry_unit, sol.exit_unit))
-        if other is not None and other.span_us < end - prev - _SHORTER_US:
-            sol, changed = other, True
-        out.append(sol)
+    out, prev = [], 0.0
+    for region in parts:
+        end = sched.slots[region.exit].end if region.exit is not None else latency
+        out.append(end - prev)
         prev = end
-    return assemble(parts, out) if changed else None
+    return out

@@ -37,6 +37,7 @@ from partuner.plan.assemble import (
     assemble,
     best_per_region,
     merge_partitions,
+    region_times,
     schedule_of_parts,
 )
 from partuner.plan.common import lower_bound
@@ -320,14 +321,23 @@ def solve_plan(
 
     # Time left once every pair that matters is proven: the regions of the best chain again,
     # with the pairwise parts (whose plans the simulation agrees with), from the proven bound.
+    # Those whose plan simulates above its span or is not proven, most first and longest.
     first = chain()
-    redo = [
-        (k, sol.entry_unit, sol.exit_unit)
-        for k, sol in enumerate(first[1] if first is not None else [])
-        if len(parts[k].nodes) < PAIRS_UP_TO and not sol.faithful
-    ]
+    times = region_times(problem, parts, assemble(parts, first[1])) if first else None
+    weight: dict[Job, float] = {}
+    for k, sol in enumerate(first[1] if first is not None else []):
+        job = (k, sol.entry_unit, sol.exit_unit)
+        if len(parts[k].nodes) >= PAIRS_UP_TO or sol.faithful:
+            continue
+        above = times[k] - sol.span_us if times is not None else math.inf
+        w = max(0.0, above) + max(0.0, sol.span_us - bound_of(job))
+        if w > tick_us * (len(parts[k].nodes) + 1):  # beyond the rounding to ticks
+            weight[job] = w
+    redo = sorted(weight, key=weight.get, reverse=True)
     for i, job in enumerate(redo):
-        left = (deadline - time.monotonic()) / (len(redo) - i)
+        rest = [weight[j] for j in redo[i:]]
+        share = 1.0 / len(rest) if math.isinf(sum(rest)) else weight[job] / sum(rest)
+        left = (deadline - time.monotonic()) * share
         if left <= 0.01:
             break
         # from the smaller model's plan, partitions and all: the whole model's span of it is
