@@ -321,6 +321,23 @@ def test_settled_regions_compose_to_the_true_optimum(latency: float, monkeypatch
         assert solved > {None}
 
 
+def slow_link_problem(
+    cost: dict[str, tuple[float, float]],
+    edges: list[tuple[str, str, int, str]],
+    overhead: dict[str, float],
+) -> Problem:
+    """Units ``u`` (CPU-like) and ``v`` (``cost``: node -> (on u, on v)), a link of 1 µs and
+    10 B/µs, ``edges`` as (source, target, bytes, value)."""
+    return Problem(
+        list(cost),
+        ["u", "v"],
+        {n: {"u": a, "v": b} for n, (a, b) in cost.items()},
+        [Edge(s, t, nbytes, (value,)) for s, t, nbytes, value in edges],
+        default_link=Link(1.0, 0.01),
+        call_overhead_us=overhead,
+    )
+
+
 def two_values_problem() -> Problem:
     """``s`` on the CPU-like unit ``u`` feeds ``x`` and ``y`` two different values of 1 kB;
     ``v`` runs ``x`` and ``y`` 180x faster but the link moves 10 B/µs and a call on ``v`` costs
@@ -328,19 +345,13 @@ def two_values_problem() -> Problem:
     charges the larger one), and two calls on ``v`` take turns (the smaller model overlaps
     them)."""
     cost = {"s": (1.0, math.inf), "x": (180.0, 1.0), "y": (180.0, 1.0), "z": (1.0, math.inf)}
-    return Problem(
-        list(cost),
-        ["u", "v"],
-        {n: {"u": a, "v": b} for n, (a, b) in cost.items()},
-        [
-            Edge("s", "x", 1000, ("s:a",)),
-            Edge("s", "y", 1000, ("s:b",)),
-            Edge("x", "z", 10, ("x:out",)),
-            Edge("y", "z", 10, ("y:out",)),
-        ],
-        default_link=Link(1.0, 0.01),
-        call_overhead_us={"v": 50.0},
-    )
+    edges = [
+        ("s", "x", 1000, "s:a"),
+        ("s", "y", 1000, "s:b"),
+        ("x", "z", 10, "x:out"),
+        ("y", "z", 10, "y:out"),
+    ]
+    return slow_link_problem(cost, edges, {"v": 50.0})
 
 
 def test_values_crossing_together_pay_one_transfer_of_both() -> None:
@@ -420,7 +431,12 @@ def test_each_region_takes_the_faster_of_both_models_plans() -> None:
     """The per-region choice between the smaller model's chain and the whole model's
     solutions: a region's whole-model solution replaces its plan in the chain where its span
     is below the region's simulated time there, and only then."""
-    from partuner.plan.assemble import assemble, best_per_region, schedule_of_parts
+    from partuner.plan.assemble import (
+        assemble,
+        best_per_region,
+        region_times,
+        schedule_of_parts,
+    )
     from partuner.plan.decompose import regions
     from partuner.plan.region_model import RegionSolution
 
@@ -445,12 +461,15 @@ def test_each_region_takes_the_faster_of_both_models_plans() -> None:
     fast1 = sol([("u", ["j0", *second])], sum(p.cost[n]["u"] for n in second), "u", None, True)
     worse0 = sol([("v", first)], 1e6, None, "u", True)  # a whole-model plan slower than keep0
     faithful = {(0, None, "u"): worse0, (1, "u", None): fast1}
-    mixed = best_per_region(p, parts, [keep0, slow1], plan, faithful)
+    times = region_times(p, parts, plan)
+    assert times is not None and sum(times) == pytest.approx(slow)
+    mixed = best_per_region(parts, [keep0, slow1], times, faithful)
     assert mixed == assemble(parts, [keep0, fast1])
     assert schedule_of_parts(p, mixed, "t")[1] < slow
     # nothing faster on offer: no new plan
     slower = {(1, "u", None): sol([("u", ["j0"]), ("v", second)], 1e6, "u", None, True)}
-    assert best_per_region(p, parts, [keep0, fast1], mixed, slower) is None
+    mixed_times = region_times(p, parts, mixed)
+    assert best_per_region(parts, [keep0, fast1], mixed_times, slower) is None
 
 
 def test_region_solver_settings() -> None:
@@ -490,20 +509,14 @@ def test_two_nodes_of_one_partition_cannot_pose_as_two() -> None:
 
     cost = {"s": (1.0, math.inf), "a": (1.0, math.inf), "x": (180.0, 1.0), "y": (180.0, 1.0)}
     cost["z"] = (1.0, math.inf)
-    p = Problem(
-        list(cost),
-        ["u", "v"],
-        {n: {"u": a, "v": b} for n, (a, b) in cost.items()},
-        [
-            Edge("s", "a", 1000, ("s:out",)),
-            Edge("a", "x", 1000, ("a:out",)),
-            Edge("s", "y", 1000, ("s:out",)),
-            Edge("x", "z", 10, ("x:out",)),
-            Edge("y", "z", 10, ("y:out",)),
-        ],
-        default_link=Link(1.0, 0.01),
-        call_overhead_us={"u": 150.0, "v": 50.0},  # s and a are best kept in one call
-    )
+    edges = [
+        ("s", "a", 1000, "s:out"),
+        ("a", "x", 1000, "a:out"),
+        ("s", "y", 1000, "s:out"),
+        ("x", "z", 10, "x:out"),
+        ("y", "z", 10, "y:out"),
+    ]
+    p = slow_link_problem(cost, edges, {"u": 150.0, "v": 50.0})  # s, a best kept in one call
     (region,) = regions(p, 16)
     placed = {"s": "u", "a": "u", "x": "v", "y": "v", "z": "u"}
     sol = solve_region(p, region, time_limit=10, pairs=True, units_of=placed)

@@ -135,19 +135,15 @@ def schedule_of_parts(
 
 
 def best_per_region(
-    problem: Problem,
     parts: Sequence[Region],
     chain: Sequence[RegionSolution],
-    plan: list[tuple[str, list[str]]],
+    times: Sequence[float],
     faithful: Mapping[tuple[int, str | None, str | None], RegionSolution],
 ) -> list[tuple[str, list[str]]] | None:
-    """``chain`` (the smaller model's best chain, assembled as ``plan``) with each region
-    replaced by the whole model's solution for the same boundary units where that one's span
-    (its simulated time) is below the region's simulated time in ``plan``; None when no region
-    changes or ``plan`` does not run."""
-    times = region_times(problem, parts, plan)
-    if times is None:
-        return None
+    """``chain`` (the smaller model's best chain, whose regions' simulated times are ``times``:
+    :func:`region_times`) with each region replaced by the whole model's solution for the same
+    boundary units where that one's span (its simulated time) is shorter, assembled; None when
+    no region changes."""
     out, changed = [], False
     for k, sol in enumerate(chain):
         other = faithful.get((k, sol.entry_unit, sol.exit_unit))

@@ -269,13 +269,17 @@ def solve_plan(
             settle(k, sol, pinned=len(by_region[k]) == 1)
             fwd, bwd, top = compose()
 
+    def is_free(job: Job) -> bool:
+        """``job`` is its region's free solve (boundary units left to the solver)."""
+        return job[1] is None and job[2] is None and len(by_region[job[0]]) > 1
+
     def open_free(k: int) -> bool:
         """Region ``k`` has a free solve that is not proven."""
         sol = free.get(k)
         return sol is not None and sol.span_us > sol.bound_us + _PROVEN_US
 
     def wanted_job(job: Job) -> bool:
-        if job[1] is None and job[2] is None and len(by_region[job[0]]) > 1:
+        if is_free(job):
             return open_free(job[0]) and any(wanted(j) for j in by_region[job[0]])
         return wanted(job)
 
@@ -283,7 +287,7 @@ def solve_plan(
         """How far ``job``'s bound may lie below its plan (a region's widest gap where the
         job has no plan of its own yet)."""
         f = free.get(job[0])
-        if job[1] is None and job[2] is None and f is not None:
+        if is_free(job) and f is not None:
             return max(_PROVEN_US, f.span_us - f.bound_us)
         sol = solved.get(job) or max(
             (solved[j] for j in by_region[job[0]] if j in solved),
@@ -313,17 +317,17 @@ def solve_plan(
                 share = 1.0 / len(rest) if math.isinf(sum(rest)) else gap(job) / sum(rest)
                 sol = solve(*job, left * share)
                 if sol is not None:
-                    is_free = job[1] is None and job[2] is None and len(by_region[job[0]]) > 1
-                    if is_free:
+                    if is_free(job):
                         free[job[0]] = sol
-                    settle(job[0], sol, pinned=not is_free)
+                    settle(job[0], sol, pinned=not is_free(job))
                     fwd, bwd, top = compose()
 
     # Time left once every pair that matters is proven: the regions of the best chain again,
     # with the pairwise parts (whose plans the simulation agrees with), from the proven bound.
     # Those whose plan simulates above its span or is not proven, most first and longest.
     first = chain()
-    times = region_times(problem, parts, assemble(parts, first[1])) if first else None
+    first_plan = assemble(parts, first[1]) if first is not None else None
+    times = region_times(problem, parts, first_plan) if first_plan is not None else None
     weight: dict[Job, float] = {}
     for k, sol in enumerate(first[1] if first is not None else []):
         job = (k, sol.entry_unit, sol.exit_unit)
@@ -359,13 +363,13 @@ def solve_plan(
         if sol is not None:
             settle(job[0], sol, pinned=True)
     bound_us = min(compose()[0][-1].values(), default=0.0)
-    if first is None:
+    if first is None or first_plan is None:
         return PlanSolution(None, "feasible", bound_us)
-    plans = [assemble(parts, first[1])]
+    plans = [first_plan]
     second = chain(use_faithful=True)
     if second is not None and any(s.faithful for s in second[1]):
         plans.append(assemble(parts, second[1]))
-        mixed = best_per_region(problem, parts, first[1], plans[0], faithful)
+        mixed = best_per_region(parts, first[1], times, faithful) if times is not None else None
         if mixed is not None:
             plans.append(mixed)
     status = "optimal" if first[0] <= bound_us + _PROVEN_US else "feasible"
