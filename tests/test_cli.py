@@ -186,6 +186,20 @@ def test_bad_units_and_plans(tmp_path, branchy_file, units_file, db):
     other = tmp_path / "other.onnx"
     _invoke("zoo", "branchy", "-o", other, "--image-size", "48")
     _fails_cleanly(_invoke("run", other, "--plan", plan), "another model")
+    # export checks the model too, with or without a units file, and writes nothing
+    _fails_cleanly(_invoke("export", other, "--plan", plan, "-o", tmp_path / "x"), "another model")
+    assert not (tmp_path / "x").exists()
+    # a unit the units file does not define: --fallback runs its partitions elsewhere
+    r = _invoke(
+        "run", branchy_file, "--plan", tmp_path / "bad_unit.yaml", "--units", units_file,
+        "--fallback", "cpu0", "--repeat", "1", "--json",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["check"]["passed"] is True
+    first = doc["partuner"]["partitions"][0]["name"]
+    assert res["fallback"][first]["planned"] == "tpu9"
+    assert res["fallback"][first]["ran_on"] == "cpu0"
 
 
 def test_plan_with_fused_groups(branchy_file, units_file, db):

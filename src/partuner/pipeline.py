@@ -41,6 +41,7 @@ __all__ = [
     "make_plan",
     "plan_file",
     "plan_from_file",
+    "check_plan_model",
     "reference_outputs",
     "measure_session",
     "measure_whole",
@@ -169,15 +170,34 @@ def plan_file(plan: Plan, graph: ModelGraph, units: UnitSet) -> PlanFile:
 
 
 def plan_from_file(
-    pf: PlanFile, graph: ModelGraph, units: UnitSet, problem: Problem | None = None
+    pf: PlanFile,
+    graph: ModelGraph,
+    units: UnitSet,
+    problem: Problem | None = None,
+    *,
+    fallback: str | None = None,
 ) -> PlanFile:
-    """Check an imported plan against the model and units; re-predict it if a problem is given."""
+    """Check an imported plan against the model and units; re-predict it if a problem is given.
+
+    With ``fallback`` (a unit of ``units``), partitions on units the units file does not define
+    are allowed: the runtime runs them on the fallback unit."""
     unknown = sorted({p.unit for p in pf.partitions} - set(units.units))
-    if unknown:
+    if unknown and fallback is None:
         raise PlanFileError(
             f"plan {pf.source} uses unit(s) {unknown} that the units file does not define "
-            f"(known: {list(units.units)}); pass the units file the plan was made with"
+            f"(known: {list(units.units)}); pass the units file the plan was made with, or "
+            "--fallback UNIT to run their partitions on another unit"
         )
+    check_plan_model(pf, graph)
+    if problem is not None:
+        plan = plan_from_assignment(problem, pf.node_unit)
+        pf.predicted_us = plan.predicted_us
+    return pf
+
+
+def check_plan_model(pf: PlanFile, graph: ModelGraph) -> None:
+    """Raise PlanFileError if ``pf`` was made for another model: other input shapes, or nodes
+    the model does not have (or its nodes left out)."""
     for name, dims in pf.input_shapes.items():
         if name in graph.values and list(graph.values[name].shape) != list(dims):
             raise PlanFileError(
@@ -185,10 +205,6 @@ def plan_from_file(
                 f"{list(graph.values[name].shape)}; is the plan for another model?"
             )
     cut(graph, pf.partitions, check=False)  # names every unknown/missing node
-    if problem is not None:
-        plan = plan_from_assignment(problem, pf.node_unit)
-        pf.predicted_us = plan.predicted_us
-    return pf
 
 
 def reference_outputs(graph: ModelGraph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

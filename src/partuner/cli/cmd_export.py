@@ -66,12 +66,14 @@ def export_cmd(
     """Cut MODEL along PLAN into standalone ONNX sub-models in OUTPUT."""
     from partuner.export import export_plan, read_plan
     from partuner.export.legalize import LegalizeOptions, export_legalized
-    from partuner.pipeline import plan_from_file
+    from partuner.pipeline import check_plan_model, plan_from_file
 
     g = load_graph(model, input_shapes)
     pf = read_plan(plan_path)
     if units_file:
         plan_from_file(pf, g, load_units_cli(units_file))
+    else:
+        check_plan_model(pf, g)
     options = LegalizeOptions(opset, fold_constants, legal_names, external_data_threshold)
     if not options.any:
         parts = export_plan(g, pf, output)

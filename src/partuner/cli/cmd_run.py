@@ -90,12 +90,12 @@ def execute(
     g = load_graph(model, input_shapes)
     pf = read_plan(plan_path)
     us = _units_for_plan(units_file, pf)
-    plan_from_file(pf, g, us)
+    plan_from_file(pf, g, us, fallback=fallback)
     if fallback is not None:
         ok, why = us[fallback].availability()
         if not ok:
             raise PartunerError(f"--fallback unit {fallback!r} is not available here: {why}")
-    for u in sorted({p.unit for p in pf.partitions}):
+    for u in sorted({p.unit for p in pf.partitions} & set(us.units)):
         ok, why = us[u].availability()
         if not ok and fallback is None:
             raise PartunerError(
