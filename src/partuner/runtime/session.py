@@ -21,6 +21,7 @@ fallback unit instead; ``fallbacks`` says which and why.
 
 from __future__ import annotations
 
+import _thread
 import logging
 import queue
 import threading
@@ -65,15 +66,50 @@ class TransferTrace:
     taken_s: float
 
 
+class _Done:
+    """Which partitions of one run have finished: a raw lock per partition, held until the
+    partition finishes. Cheaper to signal and to wait on than ``threading.Event`` (whose
+    condition variable is Python code): each hand-off between units pays it."""
+
+    __slots__ = ("_locks", "_open", "_guard")
+
+    def __init__(self, n: int) -> None:
+        self._locks = [_thread.allocate_lock() for _ in range(n)]
+        for lock in self._locks:
+            lock.acquire()
+        self._open = [False] * n
+        self._guard = _thread.allocate_lock()
+
+    def set(self, i: int) -> None:
+        with self._guard:
+            if not self._open[i]:
+                self._open[i] = True
+                self._locks[i].release()
+
+    def set_all(self) -> None:
+        for i in range(len(self._locks)):
+            self.set(i)
+
+    def wait(self, i: int, timeout: float | None = None) -> bool:
+        """Wait until partition ``i`` finished (or the run failed); False on timeout."""
+        if self._open[i]:
+            return True
+        lock = self._locks[i]
+        if not (lock.acquire() if timeout is None else lock.acquire(timeout=timeout)):
+            return False
+        lock.release()  # let the next waiter through
+        return True
+
+
 class _Run:
     """State of one inference: values, per-partition completion, the first error."""
 
     def __init__(self, feeds: Mapping[str, np.ndarray], n_parts: int) -> None:
         self.values: dict[str, np.ndarray] = dict(feeds)
-        self.done = [threading.Event() for _ in range(n_parts)]
+        self.done = _Done(n_parts)
         self.error: BaseException | None = None
         self.failed_part: str | None = None
-        self.aborted = threading.Event()
+        self.aborted = False
         self.t0 = time.perf_counter()
         self.trace: list[PartitionTrace] = []
         self.transfers: list[tuple[str, int, int, int, float]] = []  # built into TransferTrace
@@ -84,9 +120,8 @@ class _Run:
         with self.lock:
             if self.error is None:
                 self.error, self.failed_part = exc, part
-        self.aborted.set()
-        for e in self.done:  # wake every waiter; they check `aborted`
-            e.set()
+        self.aborted = True
+        self.done.set_all()  # wake every waiter; they check `aborted`
 
 
 def validate_feeds(graph: ModelGraph, feeds: Mapping[str, np.ndarray]) -> None:
@@ -294,15 +329,15 @@ class Session:
     def _work(self, run: _Run, unit: str, idxs: list[int], deadline: float | None) -> int | None:
         """Run ``idxs`` in order; returns the partition whose inputs missed ``deadline``."""
         for i in idxs:
-            if run.aborted.is_set():
+            if run.aborted:
                 return None
             part = self.partitions[i]
             for d in self._deps[i]:
                 if deadline is None:
-                    run.done[d].wait()
-                elif not run.done[d].wait(max(deadline - time.perf_counter(), 0.0)):
+                    run.done.wait(d)
+                elif not run.done.wait(d, max(deadline - time.perf_counter(), 0.0)):
                     return d
-            if run.aborted.is_set():
+            if run.aborted:
                 return None
             held = self._locks.get(part.unit, ())
             try:
@@ -325,7 +360,7 @@ class Session:
             except BaseException as exc:  # surfaces in the caller
                 run.fail(part.name, exc)
                 return None
-            run.done[i].set()
+            run.done.set(i)
         return None
 
     # -- caller side -----------------------------------------------------------------------
@@ -355,7 +390,7 @@ class Session:
         if late is None:
             for n in names:
                 i = self._out_part[n]
-                if not run.done[i].wait(max(deadline - time.perf_counter(), 0.0)):
+                if not run.done.wait(i, max(deadline - time.perf_counter(), 0.0)):
                     late = i
                     break
                 if run.error is not None:
@@ -378,8 +413,8 @@ class Session:
             ) from err
         # Every worker has finished its share once all outputs exist only if all partitions
         # lead to an output; wait for the rest so the next run starts clean.
-        for e in run.done:
-            e.wait(max(deadline - time.perf_counter(), 0.0))
+        for i in range(len(self.partitions)):
+            run.done.wait(i, max(deadline - time.perf_counter(), 0.0))
         self.last_trace = sorted(run.trace, key=lambda t: t.start_s)
         self._last_handoffs = (run.transfers, run.ends)
         return [run.values[n] for n in names]
