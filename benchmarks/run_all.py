@@ -70,7 +70,9 @@ SUITE = [
         "The runtime: overhead per partition, measured vs predicted latency, and the best plan "
         "against one 1-thread unit and plain onnxruntime with 2 threads, with onnxruntime units "
         "only (`cpu0`, `cpu1`, `cpuall`) and with the default units (the same + `ovall`, "
-        "OpenVINO f32 on both cores).",
+        "OpenVINO f32 on both cores). First the runtime's own cost on a chain of tiny ops; the "
+        "last three columns: the best plan of `cpu0` and `cpu1` alone (branch parallelism only), "
+        "measured, with the lower bound the planner proved for such plans on the profiled costs.",
     ),
     (
         "process_ab",

@@ -5,12 +5,19 @@ core: onnxruntime alone, so the plan can only win by how it places and orders) a
 (``partuner.units.default_units()``: the same plus ovall, OpenVINO f32 on every core, where
 OpenVINO is installed). For each model and unit set:
 
+* the runtime's own overhead, apart from any model: a chain of 64 tiny ops (Relu on 16 floats)
+  run as 1 partition on cpu0, as 64 partitions on cpu0, and as 64 partitions alternating cpu0
+  and cpu1 (each a hand-off between two threads); beside them one backend call of a 1-op model
+  and a bare wake-up between two Python threads (the floor of any hand-off on this machine);
 * overhead per partition (µs): the model cut into ``k`` consecutive partitions, all on cpu0, vs
-  the whole model as one partition on cpu0: ``(t_k - t_1) / (k - 1)``;
+  the whole model as one partition on cpu0: ``(t_k - t_1) / (k - 1)`` (the runtime's overhead
+  plus what cutting costs the backend: layout conversions, lost fusions, cold caches);
 * the best plan (``make_plan(..., "auto")``): predicted vs measured latency, and the median
   relative error of its partitions' predicted durations;
 * the best plan's measured latency vs (a) the whole model as one partition on the single-thread
-  unit cpu0 and (b) plain onnxruntime with 2 intra-op threads on the whole model.
+  unit cpu0 and (b) plain onnxruntime with 2 intra-op threads on the whole model;
+* with the onnxruntime units, also the best plan of cpu0 and cpu1 alone (branch parallelism
+  only, no unit with two threads): its measured latency, proven lower bound and ratio to (b).
 
 Every configuration is measured in the same process, in interleaved rounds (so a noisy neighbour
 hits them alike); latencies are medians over all runs.
@@ -33,14 +40,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import machine, shared_model, temp_dir, write_result  # noqa: E402
 
-from partuner.export import PartitionSpec, cut  # noqa: E402
+from partuner.export import PartitionSpec, cut, cut_nodes  # noqa: E402
 from partuner.graph import load_model, zoo  # noqa: E402
 from partuner.pipeline import build_problem, make_plan, plan_file, reference_outputs  # noqa: E402
 from partuner.profile import ProfileStore, profile_model, random_feeds  # noqa: E402
 from partuner.runtime import Session, check_outputs  # noqa: E402
 from partuner.units import UnitSet, default_units  # noqa: E402
 
-ZOO = ("branchy", "squeezenet", "googlenet", "resnet18", "shufflenet_v2", "densenet121")
+ZOO = (
+    "branchy",
+    "squeezenet",
+    "googlenet",
+    "resnet18",
+    "shufflenet_v2",
+    "densenet121",
+    "synthetic_large",
+)
 SHARED = ("squeezenet1_1", "googlenet", "resnet18")
 
 
@@ -66,11 +81,14 @@ def _ort(graph, threads: int):
     )
 
 
-def bench_model(label, source, units, work, *, rounds, per_round, k, budget_s, time_limit):
+def bench_model(
+    label, source, units, work, *, rounds, per_round, k, budget_s, time_limit, pair=None
+):
     graph = load_model(source)
     t0 = time.perf_counter()
     with ProfileStore(work / f"{label.replace(':', '_')}.db") as store:
         prof = profile_model(graph, units, store=store, budget_s=budget_s, skip_unavailable=True)
+        pair_prof = profile_model(graph, pair, store=store, budget_s=budget_s) if pair else None
     profile_s = time.perf_counter() - t0
     problem = build_problem(graph, units, prof)
     plan, _ = make_plan(problem, "auto", time_limit=time_limit)
@@ -82,6 +100,12 @@ def bench_model(label, source, units, work, *, rounds, per_round, k, budget_s, t
         "single": Session(graph, cut(graph, _chain(graph, "cpu0", 1)), units),
         "chain": Session(graph, cut(graph, chain), units),
     }
+    pair_plan = None
+    if pair is not None:  # branch parallelism alone: the best plan of two 1-thread units
+        pair_problem = build_problem(graph, pair, pair_prof)
+        pair_plan, _ = make_plan(pair_problem, "auto", time_limit=time_limit)
+        pair_pf = plan_file(pair_plan, graph, pair)
+        sessions["pair"] = Session(graph, cut(graph, pair_pf.partitions), pair)
     ort2 = _ort(graph, 2)
     calls = {name: (lambda s=s: s.run(None, feeds)) for name, s in sessions.items()}
     calls["ort2"] = lambda: ort2.run(None, feeds)
@@ -128,11 +152,119 @@ def bench_model(label, source, units, work, *, rounds, per_round, k, budget_s, t
         "ort_2_threads_ms": med["ort2"],
         "speedup_vs_single_thread": med["single"] / med["plan"],
         "speedup_vs_ort_2_threads": med["ort2"] / med["plan"],
+        "pair_partitions": None if pair_plan is None else len(pair_plan.partitions),
+        "pair_predicted_ms": None if pair_plan is None else pair_plan.predicted_us / 1e3,
+        "pair_lower_bound_ms": None
+        if pair_plan is None or pair_plan.lower_bound_us is None
+        else pair_plan.lower_bound_us / 1e3,
+        "pair_measured_ms": med.get("pair"),
+        "pair_vs_ort_2_threads": med["ort2"] / med["pair"] if "pair" in med else None,
         "chain_partitions": n_chain,
         "chain_ms": med["chain"],
         "overhead_us_per_partition": (med["chain"] - med["single"]) * 1e3 / max(n_chain - 1, 1),
         "runs": rounds * per_round,
         "check_passed": check.passed,
+    }
+
+
+def _median_us(fn, runs: int) -> float:
+    for _ in range(20):
+        fn()
+    ts = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts) * 1e6
+
+
+def _wake_us(n: int = 4000) -> float:
+    """One-way wake-up between two Python threads (lock ping-pong), median of n round trips."""
+    import threading
+
+    ping, pong = threading.Lock(), threading.Lock()
+    ping.acquire()
+    pong.acquire()
+
+    def other() -> None:
+        for _ in range(n):
+            ping.acquire()
+            pong.release()
+
+    t = threading.Thread(target=other)
+    t.start()
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        ping.release()
+        pong.acquire()
+        ts.append(time.perf_counter() - t0)
+    t.join()
+    return statistics.median(ts) * 1e6 / 2
+
+
+def runtime_overhead(units, work: Path, runs: int) -> dict:
+    """The runtime's own cost per partition and per hand-off, on a chain of 64 tiny ops."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    n = 64
+    nodes = [
+        helper.make_node("Relu", [f"v{i - 1}" if i else "x"], [f"v{i}"], name=f"n{i}")
+        for i in range(n)
+    ]
+    g = helper.make_graph(
+        nodes,
+        "tiny_chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info(f"v{n - 1}", TensorProto.FLOAT, [1, 16])],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = work / "tiny_chain.onnx"
+    onnx.save(model, path)
+    graph = load_model(str(path))
+    names = [x.name for x in graph.compute_nodes]
+    feeds = {"x": np.ones((1, 16), np.float32)}
+
+    def specs(k: int, alternate: bool) -> list[PartitionSpec]:
+        step = n // k
+        return [
+            PartitionSpec(
+                f"c{i}",
+                "cpu1" if alternate and i % 2 else "cpu0",
+                tuple(names[i * step : (i + 1) * step]),
+            )
+            for i in range(k)
+        ]
+
+    sessions = {
+        "whole": Session(graph, cut(graph, specs(1, False)), units),
+        "same_unit": Session(graph, cut(graph, specs(n, False)), units),
+        "alternating": Session(graph, cut(graph, specs(n, True)), units),
+    }
+    one = units["cpu0"].prepare(cut_nodes(graph, "one", [names[0]])[0])
+    one_feeds = {"x": feeds["x"]}
+    med = {k: [] for k in sessions}
+    call = []
+    for _ in range(3):  # interleaved rounds
+        for k, sess in sessions.items():
+            med[k].append(_median_us(lambda s=sess: s.run(None, feeds), runs))
+        call.append(_median_us(lambda: one.run(one_feeds), runs))
+    for sess in sessions.values():
+        sess.close()
+    one.close()
+    m = {k: statistics.median(v) for k, v in med.items()}
+    per_part = (m["same_unit"] - m["whole"]) / (n - 1)
+    return {
+        "chain_ops": n,
+        "whole_us": m["whole"],
+        "same_unit_us": m["same_unit"],
+        "alternating_us": m["alternating"],
+        "per_partition_us": per_part,
+        "per_handoff_us": (m["alternating"] - m["same_unit"]) / (n - 1),
+        "backend_call_us": statistics.median(call),
+        "thread_wake_us": statistics.median(_wake_us() for _ in range(3)),
     }
 
 
@@ -155,6 +287,9 @@ def main() -> None:
         [u for u in full if u.backend == "onnxruntime"], {}, default_link=full.default_link
     )
     unit_sets = {"onnxruntime": ort_only}
+    pair_units = UnitSet(
+        [u for u in ort_only if u.name in ("cpu0", "cpu1")], {}, default_link=full.default_link
+    )
     if len(ort_only) < len(full):
         unit_sets["default"] = full
     opts = (
@@ -162,6 +297,8 @@ def main() -> None:
         if args.quick
         else dict(rounds=5, per_round=20, k=60, budget_s=0.25, time_limit=20.0)
     )
+    overhead = runtime_overhead(ort_only, work, 200 if args.quick else 1000)
+    print("done runtime overhead", file=sys.stderr)
     rows = []
     for label in labels:
         kind, _, name = label.partition(":")
@@ -174,7 +311,8 @@ def main() -> None:
             source = zoo.build(name, image_size=size)
             label = f"zoo:{name}@{size}"
         for set_name, units in unit_sets.items():
-            row = bench_model(label, source, units, work, **opts)
+            pair = pair_units if set_name == "onnxruntime" else None
+            row = bench_model(label, source, units, work, pair=pair, **opts)
             rows.append({"units": set_name, **row})
             print(f"done {label} ({set_name})", file=sys.stderr)
     errors = [abs(r["plan_error"]) for r in rows if r["plan_error"] is not None]
@@ -194,15 +332,25 @@ def main() -> None:
             "quick": args.quick,
             "settings": opts,
             "summary": summary,
+            "runtime_overhead": overhead,
             "rows": rows,
         },
+    )
+    o = overhead
+    print(
+        "Runtime overhead, apart from any model (a chain of 64 Relu on 16 floats): "
+        f"{o['per_partition_us']:.1f} µs per partition on one unit (one backend call of a 1-op "
+        f"model: {o['backend_call_us']:.1f} µs), {o['per_handoff_us']:.1f} µs more per hand-off "
+        f"between units on two cores (a bare wake-up between two Python threads here: "
+        f"{o['thread_wake_us']:.1f} µs).\n"
     )
     print(
         "| units | model | nodes | plan | units used | parts | predicted ms | measured ms | "
         "error | part. err | 1-thread ms | ort 2-thr ms | vs 1-thr | vs ort2 | "
-        "overhead µs/part | check |"
+        "overhead µs/part | check | 2x1-thread plan ms (parts) | its bound ms (predicted) | "
+        "vs ort2 |"
     )
-    print("|" + "---|" * 16)
+    print("|" + "---|" * 19)
     for r in rows:
         print(
             f"| {r['units']} | {r['model']} | {r['nodes']} | {r['scheduler']} | "
@@ -212,7 +360,13 @@ def main() -> None:
             f"{_fmt(r['single_thread_ms'])} | {_fmt(r['ort_2_threads_ms'])} | "
             f"{r['speedup_vs_single_thread']:.2f}x | {r['speedup_vs_ort_2_threads']:.2f}x | "
             f"{r['overhead_us_per_partition']:.1f} ({r['chain_partitions']}) | "
-            f"{'pass' if r['check_passed'] else 'FAIL'} |"
+            f"{'pass' if r['check_passed'] else 'FAIL'} | "
+            + (
+                f"{_fmt(r['pair_measured_ms'])} ({r['pair_partitions']}) | "
+                f"{_fmt(r['pair_lower_bound_ms'])} | {r['pair_vs_ort_2_threads']:.2f}x |"
+                if r.get("pair_measured_ms") is not None
+                else "- | - | - |"
+            )
         )
     print(
         f"\nmedian |plan error| {_fmt(summary['median_abs_plan_error'], '.1%')}, median "
