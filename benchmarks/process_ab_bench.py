@@ -10,9 +10,11 @@ not to remove it). Here each measurement is a fresh process that runs one thing 
   file and input shape (median of N runs after a warm-up).
 
 The two alternate, ``--rounds`` times each; the figure per configuration is the median of its
-rounds' medians. Plans are made once per unit set (profile in a fresh store, ``auto``), for two
-sets: ``onnxruntime`` (cpu0, cpu1, cpuall) and ``default`` (the same + ovall, OpenVINO f32,
-where OpenVINO is installed).
+rounds' medians. "rounds spread": the wider of the two configurations' (max - min) / median over
+its rounds, the noise between fresh processes; "verdict": ``same`` when the two differ by no
+more than that, else ``faster`` or ``slower``. Plans are made once per unit set (profile in a
+fresh store, ``auto``), for two sets: ``onnxruntime`` (cpu0, cpu1, cpuall) and ``default``
+(the same + ovall, OpenVINO f32, where OpenVINO is installed).
 
     python benchmarks/process_ab_bench.py [--quick]
 
@@ -40,7 +42,15 @@ from partuner.pipeline import build_problem, make_plan, plan_file  # noqa: E402
 from partuner.profile import ProfileStore, profile_model  # noqa: E402
 from partuner.units import default_units  # noqa: E402
 
-MODELS = ("branchy", "squeezenet", "googlenet", "resnet18", "shufflenet_v2", "densenet121")
+MODELS = (
+    "branchy",
+    "squeezenet",
+    "googlenet",
+    "resnet18",
+    "shufflenet_v2",
+    "densenet121",
+    "synthetic_large",
+)
 
 PLAIN = """
 import statistics, sys, time
@@ -104,6 +114,8 @@ def bench(name: str, size: int, sets: dict, work: Path, rounds: int, repeat: int
             plan_ms.append(_plan_ms(model, outdir / "plan.yaml", units_file, db, repeat))
             ort_ms.append(_plain_ms(model, repeat))
         p, o = statistics.median(plan_ms), statistics.median(ort_ms)
+        # noise: how far one configuration's rounds spread (of both, the wider)
+        spread = max((max(v) - min(v)) / statistics.median(v) for v in (plan_ms, ort_ms))
         rows.append(
             {
                 "units": set_name,
@@ -116,6 +128,10 @@ def bench(name: str, size: int, sets: dict, work: Path, rounds: int, repeat: int
                 "plan_rounds_ms": plan_ms,
                 "ort2_rounds_ms": ort_ms,
                 "speedup_vs_ort2": o / p,
+                "rounds_spread": spread,
+                "verdict": "same"
+                if abs(o / p - 1) <= spread
+                else ("faster" if o > p else "slower"),
             }
         )
         print(f"done {name} ({set_name})", file=sys.stderr, flush=True)
@@ -147,14 +163,15 @@ def main() -> None:
         },
     )
     print(
-        "| units | model | plan units | parts | predicted ms | plan ms | ort 2-thr ms | vs ort2 |"
+        "| units | model | plan units | parts | predicted ms | plan ms | ort 2-thr ms | vs ort2 "
+        "| rounds spread | verdict |"
     )
-    print("|" + "---|" * 8)
+    print("|" + "---|" * 10)
     for r in rows:
         print(
             f"| {r['units']} | {r['model']} | {', '.join(r['plan_units'])} | {r['partitions']} "
             f"| {r['predicted_ms']:.3f} | {r['plan_ms']:.3f} | {r['ort2_ms']:.3f} "
-            f"| {r['speedup_vs_ort2']:.2f}x |"
+            f"| {r['speedup_vs_ort2']:.2f}x | {r['rounds_spread']:.1%} | {r['verdict']} |"
         )
     print(f"\nwrote {path}")
 
