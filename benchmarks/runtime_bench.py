@@ -8,7 +8,8 @@ OpenVINO is installed). For each model and unit set:
 * the runtime's own overhead, apart from any model: a chain of 64 tiny ops (Relu on 16 floats)
   run as 1 partition on cpu0, as 64 partitions on cpu0, and as 64 partitions alternating cpu0
   and cpu1 (each a hand-off between two threads); beside them one backend call of a 1-op model
-  and a bare wake-up between two Python threads (the floor of any hand-off on this machine);
+  and a bare wake-up between two Python threads pinned to two cores (the floor of a blocking
+  hand-off between cores on this machine);
 * overhead per partition (µs): the model cut into ``k`` consecutive partitions, all on cpu0, vs
   the whole model as one partition on cpu0: ``(t_k - t_1) / (k - 1)`` (the runtime's overhead
   plus what cutting costs the backend: layout conversions, lost fusions, cold caches);
@@ -179,27 +180,35 @@ def _median_us(fn, runs: int) -> float:
 
 
 def _wake_us(n: int = 4000) -> float:
-    """One-way wake-up between two Python threads (lock ping-pong), median of n round trips."""
+    """One-way wake-up between two Python threads on two cores (lock ping-pong, each thread
+    pinned to its own core as two units' threads run), median of n round trips."""
+    import os
     import threading
 
+    cores = sorted(os.sched_getaffinity(0))
     ping, pong = threading.Lock(), threading.Lock()
     ping.acquire()
     pong.acquire()
 
     def other() -> None:
+        os.sched_setaffinity(0, {cores[-1]})
         for _ in range(n):
             ping.acquire()
             pong.release()
 
-    t = threading.Thread(target=other)
-    t.start()
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        ping.release()
-        pong.acquire()
-        ts.append(time.perf_counter() - t0)
-    t.join()
+    os.sched_setaffinity(0, {cores[0]})
+    try:
+        t = threading.Thread(target=other)
+        t.start()
+        ts = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            ping.release()
+            pong.acquire()
+            ts.append(time.perf_counter() - t0)
+        t.join()
+    finally:
+        os.sched_setaffinity(0, cores)
     return statistics.median(ts) * 1e6 / 2
 
 
@@ -341,7 +350,7 @@ def main() -> None:
         "Runtime overhead, apart from any model (a chain of 64 Relu on 16 floats): "
         f"{o['per_partition_us']:.1f} µs per partition on one unit (one backend call of a 1-op "
         f"model: {o['backend_call_us']:.1f} µs), {o['per_handoff_us']:.1f} µs more per hand-off "
-        f"between units on two cores (a bare wake-up between two Python threads here: "
+        f"between units on two cores (a bare wake-up between two Python threads on two cores: "
         f"{o['thread_wake_us']:.1f} µs).\n"
     )
     print(
