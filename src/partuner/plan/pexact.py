@@ -14,12 +14,13 @@ up, composed by dynamic programming over the boundary units. Regions small besid
 settle without a solver (:func:`~partuner.plan.region_model.one_unit_bound`); a pair is solved
 only while a chain through it could beat the best plan known; interchangeable units are used
 in one order only. The regions are solved with the model's smaller form (sooner proven); time
-left once every pair that matters is proven goes to re-solving the best chain's regions with
-the pairwise parts, whose plans the simulation agrees with. The plans both give assemble the
-regions' partitions (their node order from the solver), merge a unit's neighbouring
-partitions wherever that does not slow the plan down (:mod:`partuner.plan.assemble`) and are
-simulated for real: the fastest is returned, or the best warm-start plan when it predicts
-faster or the relaxation's partitions cannot run.
+left once every pair that matters is proven (at least a fifth of the budget, kept while proofs
+are open) goes to re-solving the best chain's regions with the pairwise parts, whose plans the
+simulation agrees with; what that stage leaves goes back to the open proofs. The plans both
+give assemble the regions' partitions (their node order from the solver), merge a unit's
+neighbouring partitions wherever that does not slow the plan down
+(:mod:`partuner.plan.assemble`) and are simulated for real: the fastest is returned, or the
+best warm-start plan when it predicts faster or the relaxation's partitions cannot run.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TIME_LIMIT_S = 30.0
 DEFAULT_REGION_NODES = 16
 _POLISH_SHARE = 0.3  # of a region's time in the last stage, for its placement alone
+_LAST_SHARE = 0.2  # of the time, kept for the last stage
 _PROVEN_US = 1e-3  # a span within this of its bound is proven (bounds lose float noise)
 
 
@@ -101,6 +103,8 @@ def solve_plan(
     bounds, than the best chain of solved regions and than ``upper_us`` (a known plan's
     latency)."""
     deadline = time.monotonic() + max(0.0, time_limit)
+    # the last stage (whole-model re-solves) keeps a share of the time while proofs are open
+    proofs_end = deadline - max(0.0, time_limit) * _LAST_SHARE
     parts = regions(problem, max_region)
     if not parts:
         return PlanSolution([], "optimal", 0.0)
@@ -254,7 +258,7 @@ def solve_plan(
     # what a free solve leaves unused goes to the later ones, the other halves to the pairs
     need = [k for k in range(len(parts)) if any(wanted(j) for j in by_region[k])]
     weight = {k: len(parts[k].nodes) * (0.5 if len(by_region[k]) > 1 else 1.0) for k in need}
-    stage_end = time.monotonic() + max(0.0, deadline - time.monotonic()) * sum(
+    stage_end = time.monotonic() + max(0.0, proofs_end - time.monotonic()) * sum(
         weight.values()
     ) / max(1e-9, sum(len(parts[k].nodes) for k in need))
     for i, k in enumerate(need):
@@ -296,31 +300,38 @@ def solve_plan(
         )
         return max(_PROVEN_US, sol.span_us - bound_of(job)) if sol is not None else math.inf
 
-    for _ in range(3):  # then once more for what is still unproven, with the time left
-        todo, tried = [], set()
-        for job in pinned:  # one job per class of jobs mirrored by interchangeable units
-            if open_free(job[0]):  # one search for every pair: the free solve, once more
-                job = (job[0], None, None)
-            images = {(job[0], _swap(job[1], u, v), _swap(job[2], u, v)) for u, v in swaps}
-            if wanted_job(job) and not images & tried:
-                todo.append(job)
-                tried.add(job)
-        # the widest gaps first and with the most time: a proof needs one long search, and
-        # a region far from proven holds the bound of every chain down
-        todo.sort(key=gap, reverse=True)
-        for i, job in enumerate(todo):
-            left = deadline - time.monotonic()
-            if left <= 0.01:
-                break
-            if wanted_job(job):
-                rest = [gap(j) for j in todo[i:] if wanted_job(j)]
-                share = 1.0 / len(rest) if math.isinf(sum(rest)) else gap(job) / sum(rest)
-                sol = solve(*job, left * share)
-                if sol is not None:
-                    if is_free(job):
-                        free[job[0]] = sol
-                    settle(job[0], sol, pinned=not is_free(job))
-                    fwd, bwd, top = compose()
+    def retry(until: float, rounds: int) -> None:
+        """Solve again what is not proven, the widest gaps first, until ``until``."""
+        nonlocal fwd, bwd, top
+        for _ in range(rounds):
+            todo, tried = [], set()
+            for job in pinned:  # one job per class of jobs mirrored by interchangeable units
+                if open_free(job[0]):  # one search for every pair: the free solve, once more
+                    job = (job[0], None, None)
+                images = {(job[0], _swap(job[1], u, v), _swap(job[2], u, v)) for u, v in swaps}
+                if wanted_job(job) and not images & tried:
+                    todo.append(job)
+                    tried.add(job)
+            # the widest gaps first and with the most time: a proof needs one long search, and
+            # a region far from proven holds the bound of every chain down
+            todo.sort(key=gap, reverse=True)
+            for i, job in enumerate(todo):
+                left = until - time.monotonic()
+                if left <= 0.01:
+                    break
+                if wanted_job(job):
+                    rest = [gap(j) for j in todo[i:] if wanted_job(j)]
+                    share = 1.0 / len(rest) if math.isinf(sum(rest)) else gap(job) / sum(rest)
+                    sol = solve(*job, left * share)
+                    if sol is not None:
+                        if is_free(job):
+                            free[job[0]] = sol
+                        settle(job[0], sol, pinned=not is_free(job))
+                        fwd, bwd, top = compose()
+                    if time.monotonic() >= until - 0.01:
+                        return
+
+    retry(proofs_end, 3)  # then once more for what is still unproven, with the time left
 
     # Time left once every pair that matters is proven: the regions of the best chain again,
     # with the pairwise parts (whose plans the simulation agrees with), from the proven bound.
@@ -362,17 +373,23 @@ def solve_plan(
         sol = region(*job, left, tips, pairs=True, floor_us=bound_of(job), grouped=grouped)
         if sol is not None:
             settle(job[0], sol, pinned=True)
+    retry(deadline, 1)  # time the last stage left: proofs still open
     bound_us = min(compose()[0][-1].values(), default=0.0)
     if first is None or first_plan is None:
         return PlanSolution(None, "feasible", bound_us)
     plans = [first_plan]
+    best_span = first[0]
+    last = chain()
+    if last is not None and last[0] < first[0] - _PROVEN_US:  # the retry found better plans
+        plans.append(assemble(parts, last[1]))
+        best_span = last[0]
     second = chain(use_faithful=True)
     if second is not None and any(s.faithful for s in second[1]):
         plans.append(assemble(parts, second[1]))
         mixed = best_per_region(parts, first[1], times, faithful) if times is not None else None
         if mixed is not None:
             plans.append(mixed)
-    status = "optimal" if first[0] <= bound_us + _PROVEN_US else "feasible"
+    status = "optimal" if best_span <= bound_us + _PROVEN_US else "feasible"
     return PlanSolution(plans[0], status, bound_us, plans[1:])
 
 
