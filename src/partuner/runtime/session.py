@@ -111,7 +111,7 @@ class _Run:
         self.failed_part: str | None = None
         self.aborted = False
         self.t0 = time.perf_counter()
-        self.trace: list[PartitionTrace] = []
+        self.trace: list[tuple[int, float, float]] = []  # (partition, start, end): built on demand
         self.transfers: list[tuple[str, int, int, int, float]] = []  # built into TransferTrace
         self.ends = [0.0] * n_parts
         self.lock = threading.Lock()
@@ -168,7 +168,7 @@ class Session:
         self.graph = graph
         self.partitions = list(partitions)
         self.timeout_s = timeout_s
-        self.last_trace: list[PartitionTrace] = []
+        self._last_trace: list[tuple[int, float, float]] = []
         self._last_handoffs: tuple[list[tuple[str, int, int, int, float]], list[float]] = ([], [])
         #: ``{partition: (planned unit, why it could not run there)}`` for fallen-back partitions
         self.fallbacks: dict[str, tuple[str, str]] = {}
@@ -186,6 +186,9 @@ class Session:
         if missing:
             raise PartunerError(f"no partition produces the model output(s) {missing}")
         self._out_part = producer
+        self._expected = [  # the feeds' names, dtypes and shapes, for a quick check per run
+            (k, np.dtype(graph.values[k].dtype), tuple(graph.values[k].shape)) for k in graph.inputs
+        ]
         self._runners: list[Runner] = []
         self._threads: list[threading.Thread] = []
         self._queues: dict[str, queue.SimpleQueue] = {}
@@ -353,7 +356,7 @@ class Session:
                 for v in part.outputs:
                     run.values[v] = outs[v]
                 run.ends[i] = t1 - run.t0
-                run.trace.append(PartitionTrace(part.name, part.unit, t0 - run.t0, t1 - run.t0))
+                run.trace.append((i, t0 - run.t0, t1 - run.t0))
                 for v, d in self._handoffs[i]:  # kept raw: built on demand, off the hot path
                     nbytes = getattr(run.values[v], "nbytes", 0)
                     run.transfers.append((v, nbytes, d, i, t0 - run.t0))
@@ -374,7 +377,10 @@ class Session:
         """Run the model; returns the requested outputs (all when ``None``) in order."""
         if self._closed:
             raise RuntimeFailure("this Session is closed; create a new one")
-        validate_feeds(self.graph, feeds)
+        if [(k, a.dtype, a.shape) for k, a in feeds.items() if isinstance(a, np.ndarray)] != (
+            self._expected
+        ):
+            validate_feeds(self.graph, feeds)  # says what is wrong (or accepts another order)
         names = list(output_names) if output_names is not None else list(self.graph.outputs)
         for n in names:
             if n not in self._out_part:
@@ -415,9 +421,18 @@ class Session:
         # lead to an output; wait for the rest so the next run starts clean.
         for i in range(len(self.partitions)):
             run.done.wait(i, max(deadline - time.perf_counter(), 0.0))
-        self.last_trace = sorted(run.trace, key=lambda t: t.start_s)
+        self._last_trace = run.trace
         self._last_handoffs = (run.transfers, run.ends)
         return [run.values[n] for n in names]
+
+    @property
+    def last_trace(self) -> list[PartitionTrace]:
+        """When each partition ran in the last run, by start time."""
+        out = [
+            PartitionTrace(self.partitions[i].name, self.partitions[i].unit, start, end)
+            for i, start, end in self._last_trace
+        ]
+        return sorted(out, key=lambda t: t.start_s)
 
     @property
     def last_transfers(self) -> list[TransferTrace]:
