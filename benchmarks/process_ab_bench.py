@@ -9,11 +9,13 @@ not to remove it). Here each measurement is a fresh process that runs one thing 
 * ``ort2``: plain onnxruntime, 2 intra-op threads, default session options, on the same model
   file and input shape (median of N runs after a warm-up).
 
-The two alternate, ``--rounds`` times each; the figure per configuration is the median of its
-rounds' medians. "rounds spread": the wider of the two configurations' (max - min) / median over
-its rounds, the noise between fresh processes; "verdict": ``same`` when the two differ by no
-more than that, else ``faster`` or ``slower``. Plans are made once per unit set (profile in a
-fresh store, ``auto``), for two sets: ``onnxruntime`` (cpu0, cpu1, cpuall) and ``default``
+The plan is the one ``partuner tune`` keeps: ``auto``'s, unless it measures no faster (by 1 %)
+than the whole model on the best single unit. The two alternate, ``--rounds`` times each; the
+figure per configuration is the median of its rounds' medians. "rounds spread": the wider of
+the two configurations' (max - min) / median over its rounds, the noise between fresh
+processes; "verdict": ``same`` when the two differ by no more than that, else ``faster`` or
+``slower``. Plans are made once per unit set (profile in a
+fresh store), for two sets: ``onnxruntime`` (cpu0, cpu1, cpuall) and ``default``
 (the same + ovall, OpenVINO f32, where OpenVINO is installed).
 
     python benchmarks/process_ab_bench.py [--quick]
@@ -36,9 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import machine, temp_dir, write_result  # noqa: E402
 
-from partuner.export import export_plan  # noqa: E402
 from partuner.graph import load_model, zoo  # noqa: E402
-from partuner.pipeline import build_problem, make_plan, plan_file  # noqa: E402
+from partuner.pipeline import tune  # noqa: E402
 from partuner.profile import ProfileStore, profile_model  # noqa: E402
 from partuner.units import default_units  # noqa: E402
 
@@ -106,9 +107,10 @@ def bench(name: str, size: int, sets: dict, work: Path, rounds: int, repeat: int
         db = work / f"{name}-{set_name}.db"
         with ProfileStore(db) as store:
             prof = profile_model(graph, units, store=store, skip_unavailable=True)
-        plan, _ = make_plan(build_problem(graph, units, prof), "auto", time_limit=10.0)
+        # the plan `partuner tune` keeps (auto, then the measured check against the best
+        # single unit), as a user gets it
         outdir = work / f"{name}-{set_name}"
-        export_plan(graph, plan_file(plan, graph, units), outdir)
+        plan = tune(graph, units, prof, outdir, time_limit=10.0).plan
         plan_ms, ort_ms = [], []
         for _ in range(rounds):
             plan_ms.append(_plan_ms(model, outdir / "plan.yaml", units_file, db, repeat))
