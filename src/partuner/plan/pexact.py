@@ -331,23 +331,36 @@ def solve_plan(
                     if time.monotonic() >= until - 0.01:
                         return
 
-    retry(proofs_end, 3)  # then once more for what is still unproven, with the time left
+    def last_stage() -> tuple[Any, Any, Any, dict[Job, float], bool]:
+        """The best chain, its plan, its regions' simulated times, and the regions the last
+        stage re-solves with their weights: how far each one's plan simulates above its span
+        plus how far its span lies above its bound; and whether any simulates above."""
+        first = chain()
+        first_plan = assemble(parts, first[1]) if first is not None else None
+        times = region_times(problem, parts, first_plan) if first_plan is not None else None
+        weight: dict[Job, float] = {}
+        mismatch = False
+        for k, sol in enumerate(first[1] if first is not None else []):
+            job = (k, sol.entry_unit, sol.exit_unit)
+            if len(parts[k].nodes) >= PAIRS_UP_TO or sol.faithful:
+                continue
+            ticks = tick_us * (len(parts[k].nodes) + 1)  # beyond the rounding to ticks
+            above = times[k] - sol.span_us if times is not None else math.inf
+            mismatch = mismatch or above > ticks
+            w = max(0.0, above) + max(0.0, sol.span_us - bound_of(job))
+            if w > ticks:
+                weight[job] = w
+        return first, first_plan, times, weight, mismatch
 
+    retry(proofs_end, 3)  # then once more for what is still unproven, with the time left
     # Time left once every pair that matters is proven: the regions of the best chain again,
     # with the pairwise parts (whose plans the simulation agrees with), from the proven bound.
     # Those whose plan simulates above its span or is not proven, most first and longest.
-    first = chain()
-    first_plan = assemble(parts, first[1]) if first is not None else None
-    times = region_times(problem, parts, first_plan) if first_plan is not None else None
-    weight: dict[Job, float] = {}
-    for k, sol in enumerate(first[1] if first is not None else []):
-        job = (k, sol.entry_unit, sol.exit_unit)
-        if len(parts[k].nodes) >= PAIRS_UP_TO or sol.faithful:
-            continue
-        above = times[k] - sol.span_us if times is not None else math.inf
-        w = max(0.0, above) + max(0.0, sol.span_us - bound_of(job))
-        if w > tick_us * (len(parts[k].nodes) + 1):  # beyond the rounding to ticks
-            weight[job] = w
+    # Where every region's plan simulates at its span, open proofs keep the time reserved.
+    first, first_plan, times, weight, mismatch = last_stage()
+    if not mismatch and time.monotonic() < deadline - 0.01:
+        retry(deadline, 3)
+        first, first_plan, times, weight, mismatch = last_stage()
     redo = sorted(weight, key=weight.get, reverse=True)
     for i, job in enumerate(redo):
         rest = [weight[j] for j in redo[i:]]
