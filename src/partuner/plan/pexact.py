@@ -14,9 +14,10 @@ up, composed by dynamic programming over the boundary units. Regions small besid
 settle without a solver (:func:`~partuner.plan.region_model.one_unit_bound`); a pair is solved
 only while a chain through it could beat the best plan known; interchangeable units are used
 in one order only. The regions are solved with the model's smaller form (sooner proven); time
-left once every pair that matters is proven (at least a fifth of the budget, kept while proofs
-are open) goes to re-solving the best chain's regions with the pairwise parts, whose plans the
-simulation agrees with; what that stage leaves goes back to the open proofs. The plans both
+left once every pair that matters is proven (a fifth of the budget, kept while proofs are
+open if a region's plan simulates above its span) goes to re-solving the best chain's regions
+with the pairwise parts, whose plans the simulation agrees with; what that stage leaves goes
+back to the open proofs. The plans both
 give assemble the regions' partitions (their node order from the solver), merge a unit's
 neighbouring partitions wherever that does not slow the plan down
 (:mod:`partuner.plan.assemble`) and are simulated for real: the fastest is returned, or the
