@@ -10,12 +10,12 @@ not to remove it). Here each measurement is a fresh process that runs one thing 
   file and input shape (median of N runs after a warm-up).
 
 The plan is the one ``partuner tune`` keeps: ``auto``'s, unless it measures no faster (by 1 %)
-than the whole model on the best single unit. The two alternate, ``--rounds`` times each; the
-figure per configuration is the median of its rounds' medians. "rounds spread": the wider of
-the two configurations' (max - min) / median over its rounds, the noise between fresh
-processes; "verdict": ``same`` when the two differ by no more than that, else ``faster`` or
-``slower``. Plans are made once per unit set (profile in a
-fresh store), for two sets: ``onnxruntime`` (cpu0, cpu1, cpuall) and ``default``
+than the whole model on the best single unit. The two alternate, ``--rounds`` times each, a
+round being one of each (which goes first alternates); the figure per configuration is the
+median of its rounds' medians. "rounds spread": the wider of the two configurations' (max -
+min) / median over its rounds, the noise between fresh processes; "verdict": ``faster`` or
+``slower`` when the plan is so in every round, else ``same``. Plans are made once per unit
+set (profile in a fresh store), for two sets: ``onnxruntime`` (cpu0, cpu1, cpuall) and ``default``
 (the same + ovall, OpenVINO f32, where OpenVINO is installed).
 
     python benchmarks/process_ab_bench.py [--quick]
@@ -112,12 +112,17 @@ def bench(name: str, size: int, sets: dict, work: Path, rounds: int, repeat: int
         outdir = work / f"{name}-{set_name}"
         plan = tune(graph, units, prof, outdir, time_limit=10.0).plan
         plan_ms, ort_ms = [], []
-        for _ in range(rounds):
+        for k in range(rounds):  # each round a pair, the first of the pair alternating
+            first_plan = k % 2 == 0
+            if not first_plan:
+                ort_ms.append(_plain_ms(model, repeat))
             plan_ms.append(_plan_ms(model, outdir / "plan.yaml", units_file, db, repeat))
-            ort_ms.append(_plain_ms(model, repeat))
+            if first_plan:
+                ort_ms.append(_plain_ms(model, repeat))
         p, o = statistics.median(plan_ms), statistics.median(ort_ms)
         # noise: how far one configuration's rounds spread (of both, the wider)
         spread = max((max(v) - min(v)) / statistics.median(v) for v in (plan_ms, ort_ms))
+        ratios = [b / a for a, b in zip(plan_ms, ort_ms, strict=True)]  # per round: ort2 / plan
         rows.append(
             {
                 "units": set_name,
@@ -131,9 +136,10 @@ def bench(name: str, size: int, sets: dict, work: Path, rounds: int, repeat: int
                 "ort2_rounds_ms": ort_ms,
                 "speedup_vs_ort2": o / p,
                 "rounds_spread": spread,
-                "verdict": "same"
-                if abs(o / p - 1) <= spread
-                else ("faster" if o > p else "slower"),
+                "round_ratios": ratios,
+                "verdict": "faster"
+                if min(ratios) > 1
+                else ("slower" if max(ratios) < 1 else "same"),
             }
         )
         print(f"done {name} ({set_name})", file=sys.stderr, flush=True)
@@ -144,7 +150,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="two small models, few runs")
     args = ap.parse_args()
-    size, rounds, repeat = (64, 2, 20) if args.quick else (224, 3, 100)
+    size, rounds, repeat = (64, 2, 20) if args.quick else (224, 5, 100)
     models = MODELS[:2] if args.quick else MODELS
     full = default_units()
     ort_only = [u for u in full if u.backend == "onnxruntime"]

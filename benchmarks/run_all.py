@@ -80,11 +80,11 @@ SUITE = [
         [],
         "The plan `partuner tune` keeps against plain onnxruntime with 2 threads, each measured "
         "in a fresh process that runs nothing else (in one process, one session's spinning "
-        "thread pool slows whatever runs next on the same cores): median of 3 alternating "
-        "rounds of 100 runs, "
-        'with onnxruntime units only and with the default units. "rounds spread": the wider '
-        "of the two configurations' (max - min) / median over its rounds, the noise between "
-        'fresh processes; "verdict": same when the two differ by no more than that.',
+        "thread pool slows whatever runs next on the same cores): median of 5 rounds of 100 "
+        "runs (which goes first alternates), with onnxruntime units only and with the default "
+        'units. "rounds spread": the wider of the two configurations\' (max - min) / median '
+        'over its rounds, the noise between fresh processes; "verdict": faster or slower '
+        "when the plan is so in every round, else same.",
     ),
     (
         "profile",
