@@ -61,6 +61,32 @@ def shared_model(name: str, workdir: Path) -> Path | None:
     return out
 
 
+#: the zoo models the runtime benchmarks (runtime_bench.py, process_ab_bench.py) measure
+RUNTIME_MODELS = (
+    "branchy",
+    "squeezenet",
+    "googlenet",
+    "resnet18",
+    "shufflenet_v2",
+    "densenet121",
+    "synthetic_large",
+)
+
+
+def median_us(fn, runs: int, warmup: int = 3) -> float:
+    """Median wall time of ``fn()`` over ``runs`` calls after ``warmup`` unrecorded ones, in us."""
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    ts.sort()
+    mid = len(ts) // 2
+    return (ts[mid] if len(ts) % 2 else (ts[mid - 1] + ts[mid]) / 2) * 1e6
+
+
 def write_result(name: str, data: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

@@ -36,22 +36,14 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, temp_dir, write_result  # noqa: E402
+from common import RUNTIME_MODELS, machine, temp_dir, write_result  # noqa: E402
 
 from partuner.graph import load_model, zoo  # noqa: E402
 from partuner.pipeline import tune  # noqa: E402
 from partuner.profile import ProfileStore, profile_model  # noqa: E402
 from partuner.units import default_units  # noqa: E402
 
-MODELS = (
-    "branchy",
-    "squeezenet",
-    "googlenet",
-    "resnet18",
-    "shufflenet_v2",
-    "densenet121",
-    "synthetic_large",
-)
+MODELS = RUNTIME_MODELS
 
 PLAIN = """
 import statistics, sys, time

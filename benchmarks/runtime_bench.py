@@ -39,7 +39,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, shared_model, temp_dir, write_result  # noqa: E402
+from common import (  # noqa: E402
+    RUNTIME_MODELS,
+    machine,
+    median_us,
+    shared_model,
+    temp_dir,
+    write_result,
+)
 
 from partuner.export import PartitionSpec, cut, cut_nodes  # noqa: E402
 from partuner.graph import load_model, zoo  # noqa: E402
@@ -48,15 +55,7 @@ from partuner.profile import ProfileStore, profile_model, random_feeds  # noqa: 
 from partuner.runtime import Session, check_outputs  # noqa: E402
 from partuner.units import UnitSet, default_units  # noqa: E402
 
-ZOO = (
-    "branchy",
-    "squeezenet",
-    "googlenet",
-    "resnet18",
-    "shufflenet_v2",
-    "densenet121",
-    "synthetic_large",
-)
+ZOO = RUNTIME_MODELS
 SHARED = ("squeezenet1_1", "googlenet", "resnet18")
 
 
@@ -168,17 +167,6 @@ def bench_model(
     }
 
 
-def _median_us(fn, runs: int) -> float:
-    for _ in range(20):
-        fn()
-    ts = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts) * 1e6
-
-
 def _wake_us(n: int = 4000) -> float:
     """One-way wake-up between two Python threads on two cores (lock ping-pong, each thread
     pinned to its own core as two units' threads run), median of n round trips."""
@@ -258,8 +246,8 @@ def runtime_overhead(units, work: Path, runs: int) -> dict:
     call = []
     for _ in range(3):  # interleaved rounds
         for k, sess in sessions.items():
-            med[k].append(_median_us(lambda s=sess: s.run(None, feeds), runs))
-        call.append(_median_us(lambda: one.run(one_feeds), runs))
+            med[k].append(median_us(lambda s=sess: s.run(None, feeds), runs, warmup=20))
+        call.append(median_us(lambda: one.run(one_feeds), runs, warmup=20))
     for sess in sessions.values():
         sess.close()
     one.close()

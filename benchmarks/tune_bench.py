@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, shared_model, temp_dir, write_result  # noqa: E402
+from common import machine, median_us, shared_model, temp_dir, write_result  # noqa: E402
 
 from partuner.graph import load_model, zoo  # noqa: E402
 from partuner.pipeline import tune  # noqa: E402
@@ -29,18 +29,7 @@ from partuner.units import default_units, make_unit  # noqa: E402
 
 
 def _median_ms(fn, repeat: int) -> float:
-    import time
-
-    import numpy as np
-
-    for _ in range(3):
-        fn()
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts) * 1e3)
+    return median_us(fn, repeat) / 1e3
 
 
 def alternatives(graph, repeat: int) -> dict[str, float]:

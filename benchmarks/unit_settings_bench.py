@@ -26,7 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, write_result  # noqa: E402
+from common import machine, median_us, write_result  # noqa: E402
 
 from partuner.units import make_unit  # noqa: E402
 
@@ -39,17 +39,6 @@ def conv_model(cin: int = 32, cout: int = 64, size: int = 56):
     node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")
     g = helper.make_graph([node], "conv", [x], [y], initializer=[w])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-
-
-def _median_us(fn, n: int) -> float:
-    for _ in range(3):
-        fn()
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts) * 1e6)
 
 
 def _pair_us(r1, r2, feeds, n: int) -> float:
@@ -95,7 +84,7 @@ def main() -> None:
         a = make_unit("a", "onnxruntime", threads=2, spinning=flag).prepare(model)
         b = make_unit("b", "onnxruntime", threads=2, spinning=flag).prepare(model)
         spin["on" if flag else "off"] = {
-            "alone_us": _median_us(lambda a=a: a.run(feeds), n),
+            "alone_us": median_us(lambda a=a: a.run(feeds), n),
             "two_at_once_us": _pair_us(a, b, feeds, n),
         }
     out["onnxruntime_2thread_spinning"] = spin
@@ -115,7 +104,7 @@ def main() -> None:
             for r in rs:
                 x = {"x": r.run(x)["y"]}
 
-        chain[str(flag).lower()] = _median_us(run_chain, max(n // 4, 5))
+        chain[str(flag).lower()] = median_us(run_chain, max(n // 4, 5))
     out["onnxruntime_2thread_chain_of_8_sessions_us"] = chain
 
     # A one-partition plan: one session run back to back (Unit.alone() keeps spinning there).
@@ -131,7 +120,7 @@ def main() -> None:
     }
     for _ in range(3):  # interleaved rounds: a noisy moment hits every setting alike
         for key, r in runners.items():
-            whole.setdefault(key, []).append(_median_us(lambda r=r: r.run(sq_feeds), n // 4))
+            whole.setdefault(key, []).append(median_us(lambda r=r: r.run(sq_feeds), n // 4))
     out["onnxruntime_2thread_squeezenet_alone_us"] = {
         k: float(np.median(v)) for k, v in whole.items()
     }
@@ -143,7 +132,7 @@ def main() -> None:
         for flag in (True, False):
             a = make_unit("a", "openvino", threads=1, pinning=flag).prepare(model)
             b = make_unit("b", "openvino", threads=1, pinning=flag).prepare(model)
-            alone = _median_us(lambda a=a: a.run(feeds), n)
+            alone = median_us(lambda a=a: a.run(feeds), n)
             pair = _pair_us(a, b, feeds, n)
             pin["on" if flag else "off"] = {
                 "alone_us": alone,
@@ -154,7 +143,7 @@ def main() -> None:
         prec = {}
         for p in ("f32", "bf16"):
             r = make_unit("a", "openvino", threads=1, precision=p).prepare(model)
-            prec[p] = _median_us(lambda r=r: r.run(feeds), n)
+            prec[p] = median_us(lambda r=r: r.run(feeds), n)
         out["openvino_precision_us"] = prec
     except ImportError:
         out["openvino"] = "not installed"
@@ -169,10 +158,10 @@ def main() -> None:
     t = threading.Thread(target=echo, daemon=True)
     t.start()
     arr = np.zeros(1 << 18, np.float32)
-    rt = _median_us(lambda: (q_in.put(arr), q_out.get()), n * 5)
+    rt = median_us(lambda: (q_in.put(arr), q_out.get()), n * 5)
     q_in.put(None)
     src = np.ones(1 << 18, np.float32)  # 1 MiB
-    copy_us = _median_us(lambda: src.copy(), n * 5)
+    copy_us = median_us(lambda: src.copy(), n * 5)
     out["thread_handoff_us"] = rt / 2
     out["copy_1mib_gbps"] = (1 << 20) / (copy_us * 1e3)
     path = write_result("unit_settings", out)
