@@ -23,8 +23,11 @@ from onnx import helper, numpy_helper
 
 from partuner.errors import InputShapeError, InvalidModelError
 from partuner.graph.flops import node_flops
+from partuner.graph.fold import fold_shape_computations
 
 __all__ = [
+    "MAX_INPUT_ELEMENTS",
+    "MAX_MODEL_BYTES",
     "ModelGraph",
     "NodeInfo",
     "ValueInfo",
@@ -34,6 +37,13 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# protobuf cannot parse a message of 2 GiB or more: larger files (or gzip streams that
+# decompress beyond it) are refused before being read whole.
+MAX_MODEL_BYTES = 2**31 - 1
+# An input tensor of more elements than this (8 GiB of float32) is refused as a typo.
+MAX_INPUT_ELEMENTS = 2**31
+_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -191,24 +201,43 @@ def parse_input_shapes(specs: Iterable[str]) -> dict[str, tuple[int, ...]]:
                 "e.g. input=1x3x224x224"
             )
         dims = tuple(int(d) for d in re.split(r"\s*[x,]\s*", m.group(2)))
-        if any(d <= 0 for d in dims):
-            raise InputShapeError(f"bad --input-shape {spec!r}: every dimension must be >= 1")
+        _check_dims(f"bad --input-shape {spec!r}", dims)
         out[m.group(1)] = dims
     return out
 
 
+def _check_dims(what: str, dims: tuple[int, ...]) -> None:
+    if any(int(d) <= 0 for d in dims):
+        raise InputShapeError(f"{what}: every dimension must be >= 1")
+    n = math.prod(int(d) for d in dims)
+    if n > MAX_INPUT_ELEMENTS:
+        raise InputShapeError(
+            f"{what}: {n:.3g} elements is too large (at most {MAX_INPUT_ELEMENTS}); "
+            "check the dimensions"
+        )
+
+
 def read_model_proto(path: str | Path) -> onnx.ModelProto:
-    """Read an ONNX file (``.onnx`` or gzip-compressed ``.onnx.gz``) and run the full checker."""
+    """Read an ONNX file (``.onnx`` or gzip-compressed ``.onnx.gz``) with its external data.
+
+    Files, and gzip streams once decompressed, larger than :data:`MAX_MODEL_BYTES` are refused
+    (decompression stops there); external data must lie inside the model's folder.
+    """
     p = Path(path)
     if not p.exists():
         raise InvalidModelError(f"model file not found: {p}")
     if p.is_dir():
         raise InvalidModelError(f"model path is a folder, not an ONNX file: {p}")
+    if p.stat().st_size > MAX_MODEL_BYTES:
+        raise InvalidModelError(
+            f"{p} is larger than {MAX_MODEL_BYTES} bytes, the most an ONNX protobuf can hold; "
+            "save its weights as external data"
+        )
     try:
-        data = p.read_bytes()
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
+        data = _read_capped(p)
         model = onnx.load_model_from_string(data)
+    except InvalidModelError:
+        raise
     except Exception as exc:  # protobuf raises DecodeError, gzip OSError/EOFError
         raise InvalidModelError(
             f"cannot read {p} as an ONNX model ({type(exc).__name__}); is the file complete "
@@ -216,9 +245,73 @@ def read_model_proto(path: str | Path) -> onnx.ModelProto:
         ) from None
     if len(model.graph.node) == 0 and not model.graph.output:
         raise InvalidModelError(f"{p} holds no ONNX graph (empty or not an ONNX file)")
-    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
-        onnx.load_external_data_for_model(model, str(p.parent))
+    _load_external_data(model, p)
     return model
+
+
+def _read_capped(p: Path) -> bytes:
+    with p.open("rb") as f:
+        if f.read(2) != b"\x1f\x8b":
+            f.seek(0)
+            return f.read()
+        f.seek(0)
+        chunks: list[bytes] = []
+        total = 0
+        with gzip.GzipFile(fileobj=f) as gz:
+            while chunk := gz.read(_CHUNK):
+                total += len(chunk)
+                if total > MAX_MODEL_BYTES:
+                    raise InvalidModelError(
+                        f"{p} decompresses to more than {MAX_MODEL_BYTES} bytes, the most an "
+                        "ONNX protobuf can hold; is it a gzip bomb? decompress it yourself if not"
+                    )
+                chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _all_tensors(graph: onnx.GraphProto) -> Iterable[onnx.TensorProto]:
+    yield from graph.initializer
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from _all_tensors(a.g)
+            for sub in a.graphs:
+                yield from _all_tensors(sub)
+
+
+def _load_external_data(model: onnx.ModelProto, p: Path) -> None:
+    """Load external tensors, reading only regular files inside the model's folder."""
+    tensors = [t for t in _all_tensors(model.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
+    if not tensors:
+        return
+    folder = p.parent.resolve()
+    for t in tensors:
+        loc = next((e.value for e in t.external_data if e.key == "location"), "")
+        shown = repr(loc[:200])
+        try:  # a NUL byte, a symlink loop or an over-long name raise here
+            target = (folder / loc).resolve()
+            inside = bool(loc) and not Path(loc).is_absolute() and target.is_relative_to(folder)
+            found = inside and target.is_file()
+        except (OSError, ValueError, RuntimeError):
+            inside = found = False
+        if not inside:
+            raise InvalidModelError(
+                f"tensor {t.name!r} of {p} keeps its data at {shown}, outside the model's folder "
+                f"{folder}; partuner reads external data only next to the model: move it there"
+            )
+        if not found:
+            raise InvalidModelError(
+                f"external data file {shown} of tensor {t.name!r} of {p} not found in {folder}; "
+                "copy it next to the model"
+            )
+    try:
+        onnx.load_external_data_for_model(model, str(folder))
+    except Exception as exc:  # onnx refuses symlinks, short files, bad offsets
+        what = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise InvalidModelError(f"cannot load the external data of {p}: {what}") from None
 
 
 def _check(model: onnx.ModelProto, source: str) -> None:
@@ -264,7 +357,8 @@ def _fix_inputs(
         tt = vi.type.tensor_type
         dims = tt.shape.dim
         if vi.name in shapes:
-            want = shapes[vi.name]
+            want = tuple(shapes[vi.name])
+            _check_dims(f"--input-shape {vi.name}", want)
             if len(dims) and len(dims) != len(want):
                 raise InputShapeError(
                     f"--input-shape {vi.name} has {len(want)} dims but the model's input has "
@@ -360,15 +454,36 @@ def load_model(
     _check(model, name)
     _name_nodes(model)
     inputs = _fix_inputs(model, dict(input_shapes or {}), name)
+    model = _infer(model, name)
+    # Shapes computed at run time (Shape -> Gather -> ... -> Slice/Reshape) are constants once
+    # the inputs are fixed. Where one leaves a value without a static shape, fold them all and
+    # re-infer until nothing more folds; a model whose shapes are all static is left as it is.
+    if not _all_static(model):
+        while fold_shape_computations(model):
+            model = _infer(model, name)
+    return _build(model, inputs, name)
+
+
+def _infer(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
     del model.graph.value_info[:]
-    for out in model.graph.output:  # re-inferred below, so fixed inputs propagate to outputs
+    for out in model.graph.output:  # re-inferred, so fixed inputs propagate to outputs
         out.type.tensor_type.ClearField("shape")
     try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0][:300]
         raise InvalidModelError(f"shape inference failed on {name}: {first}") from None
-    return _build(model, inputs, name)
+
+
+def _all_static(model: onnx.ModelProto) -> bool:
+    g = model.graph
+    shaped = {
+        vi.name
+        for vi in [*g.value_info, *g.output]
+        if vi.type.tensor_type.HasField("shape")
+        and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)
+    }
+    return all(o in shaped for n in g.node for o in n.output if o)
 
 
 def _build(model: onnx.ModelProto, inputs: list[str], source: str) -> ModelGraph:

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import gzip
 import os
-import tempfile
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 
@@ -118,13 +118,16 @@ def save(name: str, path: str | Path, **kw: int) -> Path:
     """Build the zoo model ``name`` (``kw`` as for :func:`build`) and write it to ``path``.
 
     A path ending in ``.gz`` is gzip-compressed. The file is written to a temporary file in the
-    same folder and moved into place, so readers never see a half-written model.
+    same folder and moved into place, so readers never see a half-written model; its mode follows
+    the umask, as a file made with ``open()`` would.
     """
     p = Path(path)
     data = build(name, **kw).SerializeToString()
     if p.suffix == ".gz":
         data = gzip.compress(data, mtime=0)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    # Not tempfile.mkstemp: its file is 0600; this one gets the umask's mode, as open() would.
+    tmp = p.parent / f".{p.name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -1,0 +1,414 @@
+"""Hardening of model loading: gzip bombs, shape sub-graphs folded, external data, --input-shape
+overflow, and the file mode of saved zoo models."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import stat
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import partuner.graph.model as model_mod
+from partuner.errors import InputShapeError, InvalidModelError
+from partuner.graph import load_model, parse_input_shapes, read_model_proto, zoo
+
+PARTUNER = str(Path(sys.executable).parent / "partuner")
+INT64_MAX = np.iinfo(np.int64).max
+
+
+def _cli(*args: object, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PARTUNER, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
+
+
+def _cli_inproc(*args: object) -> subprocess.CompletedProcess[str]:
+    """The real CLI, run in this process by click's CliRunner (fast; exceptions propagate)."""
+    from click.testing import CliRunner
+
+    from partuner.cli import main
+
+    r = CliRunner().invoke(main, list(map(str, args)), catch_exceptions=False)
+    return subprocess.CompletedProcess(args, r.exit_code, r.stdout, r.stderr)
+
+
+def _assert_one_line_error(res: subprocess.CompletedProcess[str], *needles: str) -> str:
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("partuner: error: "), res.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+def _i64(name: str, values: list[int]) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def _model(nodes, inputs, outputs, inits, opset: int = 17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    onnx.checker.check_model(model, full_check=False)
+    return model
+
+
+def shuffle_split_model(dims: list[int | str] | None = None) -> onnx.ModelProto:
+    """torchvision ShuffleNet V2 as exported: the channel split is ``Shape -> Gather -> Div ->
+    Slice`` (opset 13+ Slice with tensor inputs) and the flatten ``Shape -> Gather -> Unsqueeze
+    -> Concat -> Reshape`` of the split's result, then MatMul to 5 outputs."""
+    dims = dims or [1, 4, 3, 3]
+    rng = np.random.default_rng(0)
+    inits = [
+        _i64("one", [1]),
+        _i64("zero", [0]),
+        _i64("big", [INT64_MAX]),
+        numpy_helper.from_array(np.array(2, np.int64), "two"),
+        numpy_helper.from_array(np.array(1, np.int64), "chan"),
+        _i64("minus1", [-1]),
+        numpy_helper.from_array(rng.standard_normal((36, 5)).astype(np.float32), "fc.w"),
+    ]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu_in"),
+        helper.make_node("Shape", ["r"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "chan"], ["c"], name="gather_c", axis=0),
+        helper.make_node("Div", ["c", "two"], ["half"], name="div"),
+        helper.make_node("Unsqueeze", ["half", "zero"], ["half1"], name="unsq_half"),
+        helper.make_node("Slice", ["r", "zero", "half1", "one"], ["a"], name="slice_a"),
+        helper.make_node("Slice", ["r", "half1", "big", "one"], ["b"], name="slice_b"),
+        helper.make_node("Sigmoid", ["b"], ["sb"], name="branch"),
+        helper.make_node("Concat", ["a", "sb"], ["cat"], name="concat", axis=1),
+        helper.make_node("Shape", ["cat"], ["s2"], name="shape2"),
+        helper.make_node("Gather", ["s2", "zero"], ["n"], name="gather_n", axis=0),
+        helper.make_node("Concat", ["n", "minus1"], ["fshape"], name="concat_shape", axis=0),
+        helper.make_node("Reshape", ["cat", "fshape"], ["flat"], name="flatten"),
+        helper.make_node("MatMul", ["flat", "fc.w"], ["y"], name="fc"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [dims[0], 5])
+    return _model(nodes, [x], [y], inits)
+
+
+def flatten_model() -> onnx.ModelProto:
+    """A dynamic-batch flatten as torchvision exports it (Shape -> Gather -> Unsqueeze ->
+    Concat -> Reshape) after a Slice whose end is computed from the shape."""
+    rng = np.random.default_rng(1)
+    inits = [
+        _i64("zero", [0]),
+        _i64("one", [1]),
+        _i64("minus1", [-1]),
+        numpy_helper.from_array(np.array(0, np.int64), "zero_s"),
+        numpy_helper.from_array(np.array(3, np.int64), "three_s"),
+        numpy_helper.from_array(rng.standard_normal((8, 3)).astype(np.float32), "fc.w"),
+    ]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "three_s"], ["w"], name="gather_w", axis=0),
+        helper.make_node("Unsqueeze", ["w", "zero"], ["w1"], name="unsq_w"),
+        helper.make_node("Slice", ["x", "zero", "w1", "one"], ["xs"], name="slice"),
+        helper.make_node("Shape", ["xs"], ["s2"], name="shape2"),
+        helper.make_node("Gather", ["s2", "zero_s"], ["n"], name="gather_n", axis=0),
+        helper.make_node("Unsqueeze", ["n", "zero"], ["n1"], name="unsq_n"),
+        helper.make_node("Concat", ["n1", "minus1"], ["fshape"], name="concat_shape", axis=0),
+        helper.make_node("Reshape", ["xs", "fshape"], ["flat"], name="flatten"),
+        helper.make_node("MatMul", ["flat", "fc.w"], ["y"], name="fc"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 2, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])
+    return _model(nodes, [x], [y], inits)
+
+
+def _run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _assert_folded_like_original(
+    original: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], x_shape: tuple[int, ...]
+) -> None:
+    g = load_model(original, shapes)
+    # Every value has a static shape, in the ModelGraph and in the proto it holds.
+    assert all(all(isinstance(d, int) for d in v.shape) for v in g.values.values())
+    inferred = onnx.shape_inference.infer_shapes(g.model, strict_mode=True)
+    typed = {
+        vi.name: vi.type.tensor_type
+        for vi in [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]
+    }
+    for node in g.model.graph.node:
+        for out in node.output:
+            assert all(d.HasField("dim_value") for d in typed[out].shape.dim), out
+    # No shape computation is left; the nodes that remain keep their names.
+    ops = [n.op_type for n in g.model.graph.node]
+    assert "Shape" not in ops and "Gather" not in ops
+    original_names = {n.name for n in original.graph.node}
+    assert {n.name for n in g.nodes} <= original_names
+    assert {"slice_a", "flatten", "fc"} & {n.name for n in g.nodes}
+    # Deterministic: the same model folds to the same bytes.
+    assert load_model(original, shapes).model.SerializeToString() == g.model.SerializeToString()
+    # Same outputs as the original model, run by onnxruntime.
+    x = np.random.default_rng(2).standard_normal(x_shape).astype(np.float32)
+    want = _run_ort(original, {"x": x})
+    got = _run_ort(g.model, {"x": x})
+    assert len(want) == len(got) == 1
+    assert want[0].shape == got[0].shape == g.values[g.outputs[0]].shape
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)
+
+
+def test_shufflenet_channel_split_and_flatten_are_folded() -> None:
+    m = shuffle_split_model()
+    _assert_folded_like_original(m, {}, (1, 4, 3, 3))
+    g = load_model(m)
+    assert [n.name for n in g.nodes] == [
+        "relu_in",
+        "slice_a",
+        "slice_b",
+        "branch",
+        "concat",
+        "flatten",
+        "fc",
+    ]
+    assert g.values["y"].shape == (1, 5) and g.values["a"].shape == (1, 2, 3, 3)
+
+
+def test_dynamic_input_fixed_by_input_shapes_then_folded() -> None:
+    m = shuffle_split_model(["N", 4, "H", "W"])
+    _assert_folded_like_original(m, {"x": (1, 4, 3, 3)}, (1, 4, 3, 3))
+    m2 = flatten_model()
+    _assert_folded_like_original(m2, {"x": (3, 2, 2, 2)}, (3, 2, 2, 2))
+    assert load_model(m2, {"x": (3, 2, 2, 2)}).values["y"].shape == (3, 3)
+
+
+def test_values_read_by_a_sub_graph_survive_the_fold() -> None:
+    """The channel count ``c`` is folded; an If branch still reads it from the outer scope."""
+    m = shuffle_split_model()
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"], name="then_id")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("c_out", TensorProto.INT64, [])],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_else"], name="else_id")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("c_else", TensorProto.INT64, [])],
+    )
+    m.graph.initializer.append(numpy_helper.from_array(np.array(True), "cond"))
+    m.graph.node.append(
+        helper.make_node(
+            "If", ["cond"], ["cc"], name="if", then_branch=branch, else_branch=else_branch
+        )
+    )
+    m.graph.output.append(helper.make_tensor_value_info("cc", TensorProto.INT64, []))
+    onnx.checker.check_model(m)
+    g = load_model(m)
+    assert "c" in {t.name for t in g.model.graph.initializer}
+    onnx.checker.check_model(g.model)
+    x = np.ones((1, 4, 3, 3), np.float32)
+    got, want = _run_ort(g.model, {"x": x}), _run_ort(m, {"x": x})
+    assert int(got[1]) == int(want[1]) == 4
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+
+
+def test_folded_model_from_file_through_cli(tmp_path: Path) -> None:
+    p = tmp_path / "shuffle.onnx"
+    onnx.save(shuffle_split_model(), p)
+    res = _cli("inspect", p, "--json")
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("name", ["branchy", "shufflenet_v2", "squeezenet"])
+def test_models_that_loaded_are_unchanged(name: str) -> None:
+    built = zoo.build(name, image_size=max(zoo.MIN_IMAGE_SIZE[name], 32))
+    g = load_model(built)
+    assert [n.name for n in g.model.graph.node] == [n.name for n in built.graph.node]
+    assert [n.op_type for n in g.model.graph.node] == [n.op_type for n in built.graph.node]
+    assert len(g.model.graph.initializer) == len(built.graph.initializer)
+
+
+# -- gzip bombs and oversized files -----------------------------------------------------------
+
+
+def _write_gzip_zeros(path: Path, nbytes: int) -> None:
+    chunk = b"\0" * (1 << 20)
+    with gzip.open(path, "wb", compresslevel=9) as f:
+        for _ in range(nbytes // len(chunk)):
+            f.write(chunk)
+
+
+def test_gzip_bomb_stops_at_the_cap_without_allocating_beyond_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cap = 1 << 20
+    monkeypatch.setattr(model_mod, "MAX_MODEL_BYTES", cap, raising=False)
+    bomb = tmp_path / "bomb.onnx.gz"
+    _write_gzip_zeros(bomb, 48 << 20)
+    assert bomb.stat().st_size < 200_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidModelError) as err:
+            read_model_proto(bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 6 * cap, peak
+    msg = str(err.value)
+    assert "\n" not in msg and "bomb.onnx.gz" in msg and "decompress" in msg
+
+
+def test_plain_file_beyond_the_cap_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(model_mod, "MAX_MODEL_BYTES", 1 << 16, raising=False)
+    p = tmp_path / "big.onnx"
+    p.write_bytes(b"\0" * (1 << 17))
+    with pytest.raises(InvalidModelError, match="big.onnx.*larger than"):
+        read_model_proto(p)
+
+
+def test_small_gzip_model_still_loads(tmp_path: Path) -> None:
+    p = zoo.save("branchy", tmp_path / "b.onnx.gz", image_size=8)
+    assert len(load_model(p).nodes) == 32
+
+
+# -- external data ----------------------------------------------------------------------------
+
+
+def _external_model(folder: Path, location: str) -> Path:
+    """A model whose weight ``w`` (4 floats) lives in the external file ``location``."""
+    w = numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")
+    onnx.external_data_helper.set_external_data(w, location=location, offset=0, length=16)
+    w.ClearField("raw_data")
+    w.data_location = TensorProto.EXTERNAL
+    nodes = [helper.make_node("Add", ["x", "w"], ["y"], name="add")]
+    graph = helper.make_graph(
+        nodes,
+        "ext",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        initializer=[w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    p = folder / "ext.onnx"
+    p.write_bytes(model.SerializeToString())
+    return p
+
+
+def test_external_data_inside_the_folder_loads(tmp_path: Path) -> None:
+    (tmp_path / "w.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    g = load_model(_external_model(tmp_path, "w.bin"))
+    init = {t.name: numpy_helper.to_array(t) for t in g.model.graph.initializer}
+    np.testing.assert_array_equal(init["w"], np.arange(4, dtype=np.float32))
+
+
+@pytest.mark.parametrize("where", ["parent", "absolute", "symlink"])
+def test_external_data_outside_the_folder_is_refused(tmp_path: Path, where: str) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(b"\1" * 16)
+    if where == "parent":
+        location = "../secret.bin"
+    elif where == "absolute":
+        location = str(secret)
+    else:
+        (folder / "link.bin").symlink_to(secret)
+        location = "link.bin"
+    p = _external_model(folder, location)
+    with pytest.raises(InvalidModelError) as err:
+        read_model_proto(p)
+    assert "'w'" in str(err.value) and "outside" in str(err.value)
+    run = _cli if where == "parent" else _cli_inproc
+    _assert_one_line_error(run("inspect", p), "'w'", "outside", location)
+
+
+def test_missing_external_data_file(tmp_path: Path) -> None:
+    p = _external_model(tmp_path, "gone.bin")
+    _assert_one_line_error(_cli("inspect", p), "'w'", "gone.bin", "not found")
+    with pytest.raises(InvalidModelError, match="gone.bin"):
+        load_model(p)
+
+
+def test_external_data_shorter_than_declared(tmp_path: Path) -> None:
+    (tmp_path / "short.bin").write_bytes(b"\0" * 4)
+    with pytest.raises(InvalidModelError, match="'w'"):
+        load_model(_external_model(tmp_path, "short.bin"))
+
+
+# -- --input-shape overflow -------------------------------------------------------------------
+
+
+def _dynamic_model(path: Path) -> Path:
+    nodes = [helper.make_node("Relu", ["input"], ["output"], name="relu")]
+    graph = helper.make_graph(
+        nodes,
+        "dyn",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, path)
+    return path
+
+
+BAD_SHAPES = [
+    "input=1x3x99999999999999999999x224",  # one dim beyond int64
+    "input=99999x99999x99999x99999",  # the product overflows int64
+    "input=1x3x100000x100000",  # fits int64 but absurdly large
+]
+
+
+def test_input_shape_overflow_is_one_line_through_the_cli(tmp_path: Path) -> None:
+    p = _dynamic_model(tmp_path / "dyn.onnx")
+    _assert_one_line_error(_cli("inspect", p, "--input-shape", BAD_SHAPES[0]), "too large")
+    for spec in BAD_SHAPES[1:]:
+        _assert_one_line_error(_cli_inproc("inspect", p, "--input-shape", spec), "too large")
+    for spec in ["input=1x3x0x8", "input=1x3x-1x8"]:
+        _assert_one_line_error(_cli_inproc("inspect", p, "--input-shape", spec), "--input-shape")
+    ok = _cli_inproc("inspect", p, "--input-shape", "input=2x3x4x4", "--json")
+    assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize("spec", BAD_SHAPES)
+def test_input_shape_overflow_in_the_library(tmp_path: Path, spec: str) -> None:
+    with pytest.raises(InputShapeError, match="too large"):
+        parse_input_shapes([spec])
+    dims = tuple(int(d) for d in spec.split("=")[1].split("x"))
+    with pytest.raises(InputShapeError, match="too large"):
+        load_model(_dynamic_model(tmp_path / "dyn.onnx"), {"input": dims})
+
+
+@pytest.mark.parametrize("dims", [(1, 3, 0, 8), (1, 3, -4, 8)])
+def test_non_positive_dims_in_the_library(tmp_path: Path, dims: tuple[int, ...]) -> None:
+    with pytest.raises(InputShapeError, match=">= 1"):
+        load_model(_dynamic_model(tmp_path / "dyn.onnx"), {"input": dims})
+
+
+# -- file mode of zoo.save --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".onnx", ".onnx.gz"])
+def test_zoo_save_follows_the_umask(tmp_path: Path, suffix: str) -> None:
+    old = os.umask(0o022)
+    try:
+        p = zoo.save("branchy", tmp_path / f"m{suffix}", image_size=8)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(p.stat().st_mode) == 0o644
+    assert [f.name for f in tmp_path.iterdir()] == [p.name]
