@@ -32,8 +32,8 @@ import numpy as np
 from partuner.export.cut import PartitionModel, cut
 from partuner.export.planfile import PartitionSpec
 from partuner.graph import ModelGraph
-from partuner.profile.measure import random_feeds, time_call
-from partuner.profile.store import Measurement
+from partuner.profile.measure import failure, random_feeds, time_call
+from partuner.profile.store import OK, Measurement
 from partuner.units import Unit
 
 __all__ = ["ChainFit", "chain_cuts", "chain_detail", "fit_chain_costs", "measure_chains"]
@@ -127,19 +127,22 @@ def measure_chains(
 
     ``lookup(signature, make)`` returns a stored measurement or makes (and stores) one, or
     ``None`` when it may not measure; each point's cut bytes travel in the measurement's
-    ``detail``. Returns no points if any cut could not be timed.
+    ``detail``. Returns no points if any cut could not be timed (its row says why).
     """
     points = []
     for sig, specs in chain_cuts(graph, digest):
 
         def make(specs: list[PartitionSpec] = specs) -> Measurement:
-            parts = cut(graph, specs, check=False)
-            m = _time_chain(unit, graph, parts, budget_s)
+            try:
+                parts = cut(graph, specs, check=False)
+                m = _time_chain(unit, graph, parts, budget_s)
+            except Exception as exc:  # a failed row (retried next run), not a crash
+                return failure(exc)
             detail = chain_detail(graph, parts)
             return Measurement(m.median_us, m.p10_us, m.p90_us, m.count, m.status, detail)
 
         m = lookup(sig, make)
-        if m is None or m.status != "ok":
+        if m is None or m.status != OK:
             return []
         info = json.loads(m.detail)
         points.append((int(info["partitions"]), float(info["bytes"]), m.median_us))

@@ -12,10 +12,22 @@ import onnx
 from onnx import TensorProto, helper
 
 from partuner.graph import ModelGraph
-from partuner.profile.store import Measurement
+from partuner.profile.store import FAILED, REFUSED, UNSUPPORTED, Measurement
 from partuner.units import Unit
 
-__all__ = ["overhead_model", "random_feeds", "short_error", "time_call", "time_model"]
+__all__ = [
+    "failure",
+    "overhead_model",
+    "random_feeds",
+    "refusal",
+    "short_error",
+    "time_call",
+    "time_model",
+]
+
+#: how backends say, for good, that they cannot run an operator (most telling first):
+#: onnxruntime's NOT_IMPLEMENTED status, OpenVINO's front-end conversion failure
+_REFUSALS = ("No conversion rule found", "OpConversionFailure", "NOT_IMPLEMENTED")
 
 
 def time_call(
@@ -96,21 +108,60 @@ def short_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
 
 
+def refusal(exc: BaseException) -> str | None:
+    """``Type: line`` if ``exc`` (or an exception it was raised from) is a backend's refusal.
+
+    A refusal is a :class:`NotImplementedError` (what a vendor runner raises for an operator it
+    lacks), onnxruntime's ``NotImplemented`` or a message with one of onnxruntime's or OpenVINO's
+    refusal markers. Anything else (a compiler crash, a timeout, a runtime error) is a failure.
+
+    Examples
+    --------
+    >>> refusal(NotImplementedError("no Sigmoid kernel"))
+    'NotImplementedError: no Sigmoid kernel'
+    >>> refusal(TimeoutError("compile command timed out")) is None
+    True
+    """
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        text = str(e)
+        found = isinstance(e, NotImplementedError) or type(e).__name__ == "NotImplemented"
+        for marker in _REFUSALS:
+            if marker in text:
+                line = next(ln for ln in text.splitlines() if marker in ln)
+                return f"{type(e).__name__}: {line.strip()[:200]}"
+        if found:
+            return short_error(e)
+        e = e.__cause__ if e.__cause__ is not None or e.__suppress_context__ else e.__context__
+    return None
+
+
+def failure(exc: BaseException) -> Measurement:
+    """The row for an item that could not be timed: ``unsupported`` (detail ``refused: ...``)
+    if the backend refused it, else ``failed`` with the reason (timed again next run)."""
+    why = refusal(exc)
+    if why is not None:
+        return Measurement(math.inf, math.inf, math.inf, 0, UNSUPPORTED, f"{REFUSED} {why}")
+    return Measurement(math.inf, math.inf, math.inf, 0, FAILED, short_error(exc))
+
+
 def time_model(
     unit: Unit,
     model: onnx.ModelProto,
     feeds: dict[str, np.ndarray],
     budget_s: float,
 ) -> Measurement:
-    """Prepare ``model`` on ``unit`` and time running it on ``feeds``; a backend rejecting or
-    failing the model gives status ``unsupported`` (data, not a crash)."""
+    """Prepare ``model`` on ``unit`` and time running it on ``feeds``; an error gives a row
+    (:func:`failure`: ``unsupported`` if the backend refused it, else ``failed``), not a crash."""
     try:
         runner = unit.prepare(model)
     except Exception as exc:
-        return Measurement(math.inf, math.inf, math.inf, 0, "unsupported", short_error(exc))
+        return failure(exc)
     try:
         return time_call(lambda: runner.run(feeds), budget_s=budget_s)
     except Exception as exc:
-        return Measurement(math.inf, math.inf, math.inf, 0, "unsupported", short_error(exc))
+        return failure(exc)
     finally:
         runner.close()

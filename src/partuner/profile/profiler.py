@@ -49,9 +49,18 @@ from partuner.profile.groups import (
     group_signature,
 )
 from partuner.profile.layers import LayerMap, map_layers
-from partuner.profile.measure import overhead_model, random_feeds, short_error, time_model
+from partuner.profile.measure import failure, overhead_model, random_feeds, time_model
 from partuner.profile.signature import model_digest, node_signature
-from partuner.profile.store import NET, Measurement, ProfileStore, net_us
+from partuner.profile.store import (
+    FAILED,
+    NET,
+    OK,
+    REFUSED,
+    UNSUPPORTED,
+    Measurement,
+    ProfileStore,
+    net_us,
+)
 from partuner.profile.transfer import LINK_SIZES, LinkFit, profile_links
 from partuner.units import Link, Unit, UnitSet
 
@@ -133,7 +142,9 @@ class Profile:
     signatures: int = 0
     measured: int = 0
     reused: int = 0
-    unsupported: list[tuple[str, str, str]] = field(default_factory=list)
+    unsupported: list[tuple[str, str, str]] = field(default_factory=list)  # (node, unit, why)
+    # (node, unit, why): timing failed; unable in this profile only, timed again next run
+    failed: list[tuple[str, str, str]] = field(default_factory=list)
     skipped_units: dict[str, str] = field(default_factory=dict)
     wall_s: float = 0.0
     # fused groups: (member nodes, unit -> µs on the scale of ``costs``)
@@ -154,6 +165,29 @@ def _net(m: Measurement, call_us: float) -> Measurement:
     return Measurement(
         net_us(m, call_us), max(m.p10_us - call_us, 0.0), max(m.p90_us - call_us, 0.0), m.count
     )
+
+
+def _reusable(m: Measurement, can_time: bool) -> bool:
+    """Whether a stored row answers for good: ``ok``, or ``unsupported`` as refused by the
+    backend or imported; a ``failed`` row (or an ``unsupported`` one written by partuner before
+    failures were told apart) is timed again where the unit is here to time it."""
+    if m.status == OK or not can_time:
+        return True
+    return m.status == UNSUPPORTED and m.detail.startswith((REFUSED, NET))
+
+
+def _label(sig: str) -> str:
+    """What a store signature times, in words, for warnings."""
+    head, _, rest = sig.partition("#")
+    if head == OVERHEAD_SIG:
+        return "the call overhead"
+    if head == "__chain__":
+        return f"the model cut in {rest.split('#')[1].lstrip('k')} chunk(s)"
+    if head == "__layers__":
+        return "the per-layer profile"
+    if "+" in sig:
+        return "the fused group " + "+".join(part.split("#")[0] for part in sig.split("+"))
+    return head
 
 
 def _resolve_units(
@@ -251,26 +285,35 @@ def profile_model(
             progress(done, total, what)
 
     def lookup(
-        unit: Unit, fp: str, sig: str, make: Callable[[], Measurement], can_time: bool
+        unit: Unit, fp: str, sig: str, make: Callable[[], Measurement], can_time: bool, label: str
     ) -> Measurement | None:
         nonlocal measured, reused
         m = store.get(fp, sig) if store is not None else None
-        if m is not None:
+        if m is not None and _reusable(m, can_time):
             reused += 1
-            return m
-        if not can_time:
+        elif not can_time:
             missing.append((unit.name, sig))
             return None
-        m = make()
-        measured += 1
-        if store is not None:
-            store.put(fp, sig, m, description=str(unit.describe()))
+        else:
+            m = make()
+            measured += 1
+            if store is not None:
+                store.put(fp, sig, m, description=str(unit.describe()))
+        if m.status == FAILED:
+            log.warning(
+                "unit %s: timing %s failed (%s); it counts as unable to run it in this profile "
+                "only, and the next profiling run times it again",
+                unit.name,
+                label or _label(sig),
+                m.detail,
+            )
         return m
 
     costs: dict[str, dict[str, float]] = {n.name: {} for n in nodes}
     group_costs: dict[tuple[str, ...], dict[str, float]] = {}
     uprof: dict[str, UnitProfile] = {}
     unsupported: list[tuple[str, str, str]] = []
+    failed: list[tuple[str, str, str]] = []
     digest = model_digest(graph)
     kept_any: set[tuple[str, ...]] = set()
     for fp, names in by_fp.items():
@@ -281,17 +324,18 @@ def profile_model(
         def look(
             sig: str,
             make: Callable[[], Measurement],
+            label: str = "",
             u: Unit = unit,
             f: str = fp,
             t: bool = can_time,
         ) -> Measurement | None:
-            return lookup(u, f, sig, make, t)
+            return lookup(u, f, sig, make, t, label)
 
         def make_overhead(u: Unit = unit) -> Measurement:
             return time_model(u, overhead_model(), {"x": np.zeros(1, np.float32)}, budget_s)
 
         ov = look(OVERHEAD_SIG, make_overhead)
-        if ov is None or ov.status != "ok":  # imported profiles may come without one
+        if ov is None or ov.status != OK:  # imported profiles may come without one
             ov = Measurement(0.0, 0.0, 0.0, 0)
         tick(f"{names[0]}: call overhead")
         call_us = ov.median_us
@@ -305,10 +349,12 @@ def profile_model(
                     model, ins, _ = cut_nodes(graph, s.split("#")[0], [n])
                     return time_model(u, model, random_feeds(graph, ins), budget_s)
 
-                m = look(sig, make)
-                if m is not None and m.status != "ok":
-                    unsupported.append((node_name, names[0], m.detail))
-            ok = m is not None and m.status == "ok"
+                m = look(sig, make, node_name)
+                if m is not None and m.status != OK:
+                    (failed if m.status == FAILED else unsupported).append(
+                        (node_name, names[0], m.detail)
+                    )
+            ok = m is not None and m.status == OK
             raw[sig] = _net(m, call_us) if ok else Measurement(math.inf, math.inf, math.inf, 0)
             tick(f"{names[0]}: {sig.split('#')[0]}")
         kept: dict[str, float] = {}
@@ -321,7 +367,7 @@ def profile_model(
                     return time_model(u, model, random_feeds(graph, ins), budget_s)
 
                 g = look(gsig, make_group)
-                if g is not None and g.status == "ok":
+                if g is not None and g.status == OK:
                     net = _net(g, call_us)
                     if gsig in explicit or differs_beyond_noise(net, mem):
                         kept[gsig] = net.median_us
@@ -349,7 +395,7 @@ def profile_model(
                 return _layer_measurement(u, graph)
 
             lm = look(f"__layers__#{digest}", make_layers)
-            if lm is not None and lm.status == "ok" and lm.detail:
+            if lm is not None and lm.status == OK and lm.detail:
                 kernels = [(tuple(k), float(t)) for k, t in json.loads(lm.detail)]
                 lmap = map_layers(graph, kernels, node_raw)
                 if lmap.mapped_us < MIN_MAPPED * lmap.total_us:
@@ -415,6 +461,7 @@ def profile_model(
         measured=measured,
         reused=reused,
         unsupported=unsupported,
+        failed=failed,
         skipped_units=skipped,
         wall_s=time.perf_counter() - t_start,
         groups=[(c, group_costs[c]) for c, _ in cands if c in group_costs],
@@ -431,12 +478,12 @@ def _layer_measurement(unit: Unit, graph: ModelGraph) -> Measurement:
     try:
         found = unit.layer_times(graph.model, random_feeds(graph, list(graph.inputs)))
     except Exception as exc:
-        return Measurement(math.inf, math.inf, math.inf, 0, "unsupported", short_error(exc))
+        return failure(exc)
     if not found:
-        return Measurement(0.0, 0.0, 0.0, 0, "unsupported", "no per-layer profiling")
+        return Measurement(0.0, 0.0, 0.0, 0, UNSUPPORTED, f"{REFUSED} no per-layer profiling")
     total = sum(t for _, t in found)
     detail = json.dumps([[list(k), t] for k, t in found])
-    return Measurement(total, total, total, len(found), "ok", detail)
+    return Measurement(total, total, total, len(found), OK, detail)
 
 
 def _check_missing(missing: list[tuple[str, str]], remote: Mapping[str, str]) -> None:

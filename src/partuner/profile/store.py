@@ -6,21 +6,46 @@ second model reuses every signature already measured. Each measurement is commit
 is taken (an interrupted run keeps what it measured); WAL mode lets two profiling processes share
 one file.
 
+A row's status is ``ok``, ``unsupported`` (the unit cannot run the item: an answer for good) or
+``failed`` (timing it failed: a compiler crash, a timeout, any other error; the reason is in
+``detail`` and the profiler times it again on its next run). Older partuner versions read a
+``failed`` row as not runnable, as they read any row that is not ``ok``.
+
+Every SQLite error becomes a one-line :class:`~partuner.errors.ProfileError` naming the file and
+what to do; a store that cannot be written (a read-only file or folder) opens for reading, and
+refuses only writes. Nothing stored is ever deleted or rewritten on an error.
+
 Default location: ``$PARTUNER_DB``, else ``$XDG_CACHE_HOME/partuner/profiles.db``, else
 ``~/.cache/partuner/profiles.db``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import time
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from partuner.errors import ProfileError
 
-__all__ = ["NET", "Measurement", "ProfileStore", "default_db_path", "net_us"]
+__all__ = [
+    "FAILED",
+    "NET",
+    "OK",
+    "REFUSED",
+    "UNSUPPORTED",
+    "Measurement",
+    "ProfileStore",
+    "default_db_path",
+    "net_us",
+]
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 
@@ -33,7 +58,7 @@ CREATE TABLE IF NOT EXISTS units (
 CREATE TABLE IF NOT EXISTS measurements (
     fingerprint TEXT NOT NULL,
     signature   TEXT NOT NULL,
-    status      TEXT NOT NULL,          -- 'ok' or 'unsupported'
+    status      TEXT NOT NULL,          -- 'ok', 'unsupported' or 'failed'
     median_us   REAL,
     p10_us      REAL,
     p90_us      REAL,
@@ -44,6 +69,9 @@ CREATE TABLE IF NOT EXISTS measurements (
 );
 """
 
+#: a row's status: timed; the unit cannot run the item (for good); timing it failed (retried)
+OK, UNSUPPORTED, FAILED = "ok", "unsupported", "failed"
+
 
 @dataclass(frozen=True)
 class Measurement:
@@ -53,13 +81,17 @@ class Measurement:
     p10_us: float
     p90_us: float
     count: int
-    status: str = "ok"  # "ok" or "unsupported" (the backend rejected it)
+    status: str = OK  # OK, UNSUPPORTED (the backend refused it) or FAILED (timing failed)
     detail: str = ""
 
 
 #: ``detail`` prefix of a row whose time is already net of the call overhead (imported from a
 #: NEST-C profile, which records operator times, not call times).
 NET = "net:"
+
+#: ``detail`` prefix of an ``unsupported`` row the profiler stored because the backend refused
+#: the item (``unsupported`` rows without it come from older partuner versions or imports).
+REFUSED = "refused:"
 
 
 def net_us(m: Measurement, call_us: float) -> float:
@@ -77,37 +109,159 @@ def default_db_path() -> Path:
     return Path(base) / "partuner" / "profiles.db"
 
 
+def _kind(exc: sqlite3.Error) -> str:
+    """``corrupt``, ``readonly``, ``full``, ``busy`` or ``other``."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    text = str(exc).lower()
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in text:
+        return "corrupt"
+    if "not a database" in text:
+        return "corrupt"
+    if name.startswith("SQLITE_READONLY") or "readonly" in text:
+        return "readonly"
+    if name.startswith("SQLITE_FULL") or "is full" in text:
+        return "full"
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
+        return "busy"
+    return "other"
+
+
 class ProfileStore:
-    """A SQLite-backed map ``(fingerprint, signature) -> Measurement``."""
+    """A SQLite-backed map ``(fingerprint, signature) -> Measurement``.
+
+    ``read_only`` is true when the file or its folder cannot be written: reads work, writes
+    raise :class:`ProfileError`.
+    """
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else default_db_path()
+        self.read_only = False
+        self._why_read_only = ""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.executescript(_SCHEMA)
-            row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            if row is None:
-                with self._db:
-                    self._db.execute(
-                        "INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
-                    )
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise ProfileError(
-                    f"profile store {self.path} has schema {row[0]}, newer than this partuner "
-                    f"({SCHEMA_VERSION}); upgrade partuner or use another --db"
-                )
-        except sqlite3.DatabaseError as exc:
-            raise ProfileError(
-                f"profile store {self.path} is not a readable SQLite database ({exc}); "
-                "move it aside or pass another --db (nothing was deleted)"
-            ) from None
         except OSError as exc:
-            raise ProfileError(f"cannot open profile store {self.path}: {exc.strerror}") from None
+            if not self.path.is_file():
+                why = exc.strerror or str(exc)
+                blocker = next((q for q in self.path.parents if q.is_file()), None)
+                if blocker is not None:
+                    why = f"{blocker} is a file, not a folder"
+                raise ProfileError(
+                    f"cannot create profile store {self.path}: {why}; pass --db ELSEWHERE"
+                ) from None
+        try:
+            self._db = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+        try:
+            self._open()
+        except sqlite3.Error as exc:
+            self._db.close()
+            if _kind(exc) != "readonly" or not self.path.is_file():
+                raise self._error(exc, opening=True) from None
+            self._open_read_only(exc)
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _open(self) -> None:
+        # Switching a new file to WAL takes an exclusive lock that SQLite does not wait for
+        # (no busy handler): two processes creating one store at once get "locked" at once.
+        deadline = time.monotonic() + 30.0
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if _kind(exc) != "busy" or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
+        self._db.executescript(_SCHEMA)
+        row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        if row is None:
+            with self._db:
+                self._db.execute(
+                    "INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
+                )
+        else:
+            self._check_version(row[0])
+
+    def _check_version(self, value: str) -> None:
+        if int(value) > SCHEMA_VERSION:
+            raise ProfileError(
+                f"profile store {self.path} has schema {value}, newer than this partuner "
+                f"({SCHEMA_VERSION}); upgrade partuner or use another --db"
+            )
+
+    def _open_read_only(self, why: sqlite3.Error) -> None:
+        """Open for reading only; a WAL file in a read-only folder needs ``immutable``."""
+        uri = "file:" + urllib.parse.quote(str(self.path.resolve())) + "?mode=ro"
+        last: sqlite3.Error = why
+        for extra in ("", "&immutable=1"):
+            try:
+                self._db = sqlite3.connect(
+                    uri + extra, uri=True, timeout=30.0, check_same_thread=False
+                )
+            except sqlite3.Error as exc:
+                last = exc
+                continue
+            try:
+                row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+                self._db.execute("SELECT 1 FROM measurements LIMIT 1").fetchall()
+            except sqlite3.Error as exc:
+                self._db.close()
+                last = exc
+                if _kind(exc) in ("readonly", "other"):
+                    continue
+                raise self._error(exc, opening=True) from None
+            if row is not None:
+                self._check_version(row[0])
+            self.read_only, self._why_read_only = True, str(why)
+            log.info("profile store %s is read-only (%s): reading only", self.path, why)
+            return
+        raise self._error(last, opening=True) from None
+
+    def _error(self, exc: sqlite3.Error, *, opening: bool = False) -> ProfileError:
+        """The one-line error for ``exc``: the file, what is wrong, what to do."""
+        p, kind = self.path, _kind(exc)
+        if kind == "corrupt" and opening:
+            msg = (
+                f"profile store {p} is not a readable SQLite database ({exc}); "
+                "move it aside or pass another --db (nothing was deleted)"
+            )
+        elif kind == "corrupt":
+            msg = (
+                f"profile store {p} is damaged ({exc}); restore it from a backup, or move it "
+                "aside and pass another --db (nothing was deleted)"
+            )
+        elif kind == "readonly":
+            msg = (
+                f"profile store {p} is read-only ({exc}); make it and its folder writable or "
+                "pass --db ELSEWHERE to keep new measurements (nothing stored was changed)"
+            )
+        elif kind == "full":
+            msg = (
+                f"profile store {p} cannot grow ({exc}); free some space or pass --db "
+                "ELSEWHERE (the measurements stored so far are kept)"
+            )
+        elif kind == "busy":
+            msg = (
+                f"profile store {p} is locked by another process ({exc}); wait for it to "
+                "finish or pass another --db"
+            )
+        else:
+            msg = f"profile store {p}: {exc}; check the file and its folder or pass another --db"
+        return ProfileError(" ".join(msg.split()))
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
 
     def close(self) -> None:
-        self._db.close()
+        with self._guard():
+            self._db.close()
 
     def __enter__(self) -> ProfileStore:
         return self
@@ -116,11 +270,12 @@ class ProfileStore:
         self.close()
 
     def get(self, fingerprint: str, signature: str) -> Measurement | None:
-        row = self._db.execute(
-            "SELECT median_us, p10_us, p90_us, count, status, detail FROM measurements "
-            "WHERE fingerprint=? AND signature=?",
-            (fingerprint, signature),
-        ).fetchone()
+        with self._guard():
+            row = self._db.execute(
+                "SELECT median_us, p10_us, p90_us, count, status, detail FROM measurements "
+                "WHERE fingerprint=? AND signature=?",
+                (fingerprint, signature),
+            ).fetchone()
         if row is None:
             return None
         return Measurement(
@@ -133,8 +288,10 @@ class ProfileStore:
         )
 
     def put(self, fingerprint: str, signature: str, m: Measurement, description: str = "") -> None:
-        """Store one measurement and commit at once."""
-        with self._db:
+        """Store one measurement and commit at once (an error leaves every earlier row)."""
+        if self.read_only:
+            raise self._error(sqlite3.OperationalError(self._why_read_only))
+        with self._guard(), self._db:
             if description:
                 self._db.execute(
                     "INSERT OR IGNORE INTO units VALUES (?, ?)", (fingerprint, description)
@@ -155,19 +312,23 @@ class ProfileStore:
             )
 
     def summary(self) -> list[dict[str, object]]:
-        """Per unit fingerprint: description and number of rows (``partuner profile --show``)."""
-        rows = self._db.execute(
-            "SELECT m.fingerprint, COALESCE(u.description, ''), COUNT(*), "
-            "SUM(m.status != 'ok'), MAX(m.created) FROM measurements m "
-            "LEFT JOIN units u ON u.fingerprint = m.fingerprint GROUP BY m.fingerprint"
-        ).fetchall()
+        """Per unit fingerprint: description, rows, rows the unit cannot run (``unsupported``)
+        and rows whose timing failed (``failed``, retried by the next profiling run)."""
+        with self._guard():
+            rows = self._db.execute(
+                "SELECT m.fingerprint, COALESCE(u.description, ''), COUNT(*), "
+                "SUM(m.status NOT IN ('ok', 'failed')), SUM(m.status = 'failed'), "
+                "MAX(m.created) FROM measurements m "
+                "LEFT JOIN units u ON u.fingerprint = m.fingerprint GROUP BY m.fingerprint"
+            ).fetchall()
         return [
             {
                 "fingerprint": r[0],
                 "unit": r[1],
                 "rows": r[2],
                 "unsupported": r[3] or 0,
-                "last": r[4],
+                "failed": r[4] or 0,
+                "last": r[5],
             }
             for r in rows
         ]

@@ -30,6 +30,7 @@ fingerprints sorted, so every pair of units with the same fingerprints shares th
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 import threading
@@ -41,8 +42,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from partuner.profile.measure import time_model
-from partuner.profile.store import Measurement, ProfileStore
+from partuner.profile.measure import failure, time_model
+from partuner.profile.store import FAILED, Measurement, ProfileStore
 from partuner.units import Link, Unit, UnitSet
 
 __all__ = [
@@ -61,6 +62,8 @@ __all__ = [
     "switch_cost",
     "switch_model",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Tensor sizes (bytes) each link is measured at: 4 KiB .. 16 MiB.
 LINK_SIZES: tuple[int, ...] = (4 << 10, 64 << 10, 1 << 20, 16 << 20)
@@ -348,7 +351,17 @@ def profile_links(
                             else device_copy(u, call_us.get(u.name, 0.0), sizes, budget_s)
                         )
                 rows = combine_link(hand, copies[a], copies[b])
-                put_rows(store, fa, fb, rows)
+                lost = [u.name for u in (ua, ub) if copies[u.name] is None and not u.host_memory]
+                if lost:  # used for this run, never stored without its device copies
+                    log.warning(
+                        "unit %s: timing its device copy failed; link %s-%s leaves it out in "
+                        "this profile only, and the next profiling run times it again",
+                        lost[0],
+                        a,
+                        b,
+                    )
+                else:
+                    put_rows(store, fa, fb, rows)
                 out.measured += len(rows)
             if rows is None:
                 out.links[pair], out.sources[pair] = units.link(a, b), "default"
@@ -356,8 +369,16 @@ def profile_links(
             if set(ua.cores or ()) & set(ub.cores or ()):  # never at once: a pool switch
                 key = switch_signature(fa, fb)
                 sw = switches.get(key) or (store.get(*key) if store is not None else None)
+                if sw is not None and sw.status == FAILED and key not in switches:
+                    sw = None  # a failed timing is timed again
                 if sw is None and {a, b} <= local:
-                    sw = switch_cost(ua, ub)
+                    try:
+                        sw = switch_cost(ua, ub)
+                    except Exception as exc:
+                        sw = failure(exc)
+                        log.warning(
+                            "units %s, %s: timing the pool switch failed (%s)", a, b, sw.detail
+                        )
                     out.measured += 1
                     if store is not None:
                         store.put(*key, sw)

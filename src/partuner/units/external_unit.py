@@ -27,8 +27,10 @@ precision : ``f32`` (default), ``f16`` or ``bf16``: sets the check's tolerance.
 host_memory : whether the runner computes in host memory (default false: a device).
 
 A failing or timed-out compile raises :class:`~partuner.errors.UnitError` with the end of the
-command's stderr. The fingerprint covers the compile template and the runner, plus the runner
-module's ``__version__`` when it has one.
+command's stderr; profiling stores it as ``failed`` and tries again on its next run. A runner
+that raises ``NotImplementedError`` (when loading or running) says the unit cannot run the
+sub-model: profiling stores that as ``unsupported`` for good. The fingerprint covers the
+compile template and the runner, plus the runner module's ``__version__`` when it has one.
 """
 
 from __future__ import annotations
