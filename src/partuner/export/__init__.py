@@ -1,6 +1,7 @@
 """Plan -> partition sub-models (ONNX), the plan file (NEST-C keys + partuner's), the manifest."""
 
 from partuner.export.cut import PartitionModel, cut, cut_nodes, partition_order
+from partuner.export.plan_units import check_plan_units
 from partuner.export.planfile import (
     PartitionSpec,
     PlanFile,
@@ -16,6 +17,7 @@ __all__ = [
     "PartitionSpec",
     "PlanFile",
     "atomic_write",
+    "check_plan_units",
     "cut",
     "cut_nodes",
     "export_plan",

@@ -187,6 +187,11 @@ def cut(
     Constant nodes (``graph.is_constant``) need not be listed: they are copied into each partition
     that reads them. Every non-constant node must be in exactly one partition.
     """
+    names: set[str] = set()
+    for p in partitions:
+        if p.name in names:  # type: ignore[attr-defined]
+            raise PlanFileError(f"partition name {p.name!r} appears twice; rename one")  # type: ignore[attr-defined]
+        names.add(p.name)  # type: ignore[attr-defined]
     seen: dict[str, str] = {}
     for p in partitions:
         for n in p.nodes:  # type: ignore[attr-defined]

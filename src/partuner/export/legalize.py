@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -30,7 +28,7 @@ from onnx import numpy_helper
 from partuner.errors import InvalidModelError
 from partuner.export.cut import PartitionModel, cut
 from partuner.export.planfile import PlanFile, atomic_write, plan_to_dict
-from partuner.export.writer import manifest
+from partuner.export.writer import check_outdir, manifest, move_into, temp_folder
 from partuner.graph import ModelGraph
 
 __all__ = ["LegalizeOptions", "LegalizeReport", "NameMap", "legalize", "export_legalized"]
@@ -333,13 +331,12 @@ def export_legalized(
     """``export_plan`` with the legalizer: cut, legalize each partition, check it with
     ``onnx.checker.check_model(full_check=True)``, write the folder atomically. Returns the
     partitions (``model`` legalized, ``inputs``/``outputs`` the original names) and the manifest."""
+    outdir = Path(outdir)
+    check_outdir(plan, outdir)
     parts = cut(graph, plan.partitions)
     names = legal_name_map(graph.model) if options.legal_names else None
-    outdir = Path(outdir)
-    outdir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=outdir.parent, prefix=f".{outdir.name}."))
+    tmp = temp_folder(outdir)
     try:
-        (tmp / "partitions").mkdir()
         reports: dict[str, dict[str, Any]] = {}
         done = []
         for p in parts:
@@ -381,19 +378,8 @@ def export_legalized(
         (tmp / "plan.yaml").write_text(
             yaml.safe_dump(plan_to_dict(plan), sort_keys=False, width=100)
         )
-        _move_into(tmp, outdir)
+        move_into(tmp, outdir)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return done, man
-
-
-def _move_into(tmp: Path, outdir: Path) -> None:
-    """Replace ``outdir``'s plan, manifest and partitions with ``tmp``'s (as ``export_plan``)."""
-    if not outdir.exists():
-        os.replace(tmp, outdir)
-        return
-    shutil.rmtree(outdir / "partitions", ignore_errors=True)
-    for item in tmp.iterdir():
-        os.replace(item, outdir / item.name)
-    tmp.rmdir()

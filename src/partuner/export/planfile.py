@@ -32,7 +32,11 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import reprlib
+import stat
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,7 @@ import yaml
 from partuner.errors import PlanFileError
 
 __all__ = ["PlanFile", "PartitionSpec", "read_plan", "write_plan", "plan_to_dict", "atomic_write"]
+__all__ += ["check_partition_names", "default_mode", "is_safe_name", "short_repr"]
 
 FORMAT_VERSION = 1
 
@@ -76,14 +81,46 @@ class PlanFile:
         return {n: p.unit for p in self.partitions for n in p.nodes}
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux says it (/proc), else set and
+    restored at once."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def default_mode(path: str | Path) -> None:
+    """Give ``path`` the mode ``open()`` or ``mkdir()`` would have given it under the umask
+    (``tempfile`` makes its files 0600 and folders 0700)."""
+    p = Path(path)
+    p.chmod((0o777 if p.is_dir() else 0o666) & ~_umask())
+
+
 def atomic_write(path: str | Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename (no half-written file)."""
+    """Write ``data`` to ``path`` through a temporary file and a rename (no half-written file).
+
+    The file gets the mode an existing ``path`` has, else the one ``open()`` gives under the
+    umask."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode) if path.is_file() else None
+    except OSError:
+        mode = None
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
+        if mode is None:
+            default_mode(tmp)
+        else:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -139,33 +176,130 @@ def write_plan(plan: PlanFile, path: str | Path) -> None:
     atomic_write(path, text)
 
 
+#: the unit-name rule of ``units/config.py``: partition names become file names, unit names too
+#: (``NAME.onnx``), so no ``/``, no leading ``.`` or ``-``
+_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+NAME_MAX = 100
+_RULE = f"use letters, digits, '_', '.' and '-', not starting with '.' or '-', at most {NAME_MAX}"
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlevel = 3
+
+
+def short_repr(value: object) -> str:
+    """A short ``repr`` for messages, bounded however big or nested ``value`` is."""
+    return _REPR.repr(value)
+
+
+def is_safe_name(name: object) -> bool:
+    """Whether ``name`` may name a partition or unit (and so a file in an export folder).
+
+    Examples
+    --------
+    >>> [is_safe_name(n) for n in ("p0", "conv.1-a", "../x", "/abs", ".hidden", "a\\n", "")]
+    [True, True, False, False, False, False, False]
+    """
+    return isinstance(name, str) and len(name) <= NAME_MAX and bool(_NAME_RE.fullmatch(name))
+
+
+def check_partition_names(names: Sequence[object], where: str) -> None:
+    """Raise PlanFileError naming the first partition name that is not a safe file name
+    (:func:`is_safe_name`) or that repeats another, letter case ignored."""
+    seen: dict[str, str] = {}
+    for name in names:
+        if not is_safe_name(name):
+            raise PlanFileError(
+                f"{where}: bad partition name {short_repr(name)}: {_RULE} characters"
+            )
+        assert isinstance(name, str)
+        first = seen.get(name.lower())
+        if first is not None:
+            also = "" if first == name else f" (as {first!r})"
+            raise PlanFileError(
+                f"{where}: partition name {name!r} appears twice{also}; partition names must "
+                "differ, letter case included: rename one"
+            )
+        seen[name.lower()] = name
+
+
+def _unit_name(value: object, key: str, where: str) -> str:
+    if not is_safe_name(value):
+        raise PlanFileError(
+            f"{where}: `{key}`: bad unit name {short_repr(value)}: {_RULE} characters"
+        )
+    assert isinstance(value, str)
+    return value
+
+
+def _string(value: object, key: str, where: str, default: str) -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise PlanFileError(f"{where}: `{key}` must be a string, got {short_repr(value)}")
+    return value
+
+
+def _us(value: object, key: str, where: str) -> float | None:
+    """Milliseconds from the file -> µs; None stays None; anything but a finite number >= 0
+    raises."""
+    if value is None:
+        return None
+    us = math.nan
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            us = float(value) * 1000.0
+        except OverflowError:
+            us = math.inf
+    if not 0 <= us < math.inf:
+        raise PlanFileError(
+            f"{where}: `{key}` must be a finite number of milliseconds >= 0, "
+            f"got {short_repr(value)}"
+        )
+    return us
+
+
 def _split(value: Any, key: str, where: str) -> list[str]:
     if value is None or value == "":
         return []
-    if not isinstance(value, str | int):
-        raise PlanFileError(f"{where}: `{key}` must be a colon-joined string")
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise PlanFileError(
+            f"{where}: `{key}` must be a colon-joined string, got {short_repr(value)}"
+        )
     return [s.strip() for s in str(value).split(":") if s.strip()]
+
+
+def _parallel(doc: dict[str, Any], where: str) -> list[list[str]]:
+    groups = _split(doc.get("parallelPartitions"), "parallelPartitions", where)
+    return [g.strip("()").split("||") for g in groups]
 
 
 def read_plan(path: str | Path) -> PlanFile:
     """Read a partuner or NEST-C plan file.
 
+    The file is untrusted: every field is checked for its type and range, partition and unit
+    names must be safe file names (:func:`is_safe_name`) and partition names unique.
+
     Raises
     ------
-    PlanFileError : missing file, YAML error, missing or inconsistent keys.
+    PlanFileError : missing file, YAML error, missing, mistyped or inconsistent keys.
     """
     p = Path(path)
     where = str(p)
     if not p.is_file():
         raise PlanFileError(f"plan file not found: {p}")
     try:
-        doc = yaml.safe_load(p.read_text())
+        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
         raise PlanFileError(f"{where} is not valid YAML{line}; is it a plan file?") from None
     except UnicodeDecodeError:
         raise PlanFileError(f"{where} is not a text file; is it a plan file?") from None
+    except OSError as exc:
+        raise PlanFileError(f"cannot read plan file {where}: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError, OverflowError) as exc:  # 5000-digit ints, deep nesting
+        why = short_repr(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        raise PlanFileError(f"{where} cannot be read as a plan file ({why})") from None
     if not isinstance(doc, dict):
         raise PlanFileError(f"{where} is not a plan file (expected a YAML mapping)")
     own = doc.get("partuner")
@@ -174,40 +308,60 @@ def read_plan(path: str | Path) -> PlanFile:
     return _read_nestc(doc, where)
 
 
-def _us(ms: Any) -> float | None:
-    return None if ms is None else float(ms) * 1000.0
-
-
 def _read_own(doc: dict[str, Any], own: dict[str, Any], where: str) -> PlanFile:
-    parts = []
-    for k, e in enumerate(own["partitions"]):
+    entries = own["partitions"]
+    for k, e in enumerate(entries):
         if not isinstance(e, dict) or not {"name", "unit", "nodes"} <= set(e):
             raise PlanFileError(f"{where}: partuner.partitions[{k}] needs name, unit and nodes")
-        start, end = _us(e.get("start_ms")), _us(e.get("end_ms"))
+    check_partition_names([e["name"] for e in entries], where)
+    parts = []
+    for k, e in enumerate(entries):
+        key = f"partuner.partitions[{k}]"
+        nodes = e["nodes"]
+        if not isinstance(nodes, list) or not all(isinstance(n, str) and n for n in nodes):
+            raise PlanFileError(
+                f"{where}: `{key}.nodes` must be a list of node names, got {short_repr(nodes)}"
+            )
+        start = _us(e.get("start_ms"), f"{key}.start_ms", where)
+        end = _us(e.get("end_ms"), f"{key}.end_ms", where)
         parts.append(
             PartitionSpec(
-                str(e["name"]),
-                str(e["unit"]),
-                tuple(str(n) for n in e["nodes"]),
+                e["name"],
+                _unit_name(e["unit"], f"{key}.unit", where),
+                tuple(nodes),
                 math.nan if start is None else start,
                 math.nan if end is None else end,
             )
         )
-    parallel = [
-        g.strip("()").split("||")
-        for g in _split(doc.get("parallelPartitions"), "parallelPartitions", where)
-    ]
+    shapes = own.get("input_shapes") or {}
+    if not isinstance(shapes, dict) or not all(
+        isinstance(v, list) and all(type(d) is int and d >= 0 for d in v) for v in shapes.values()
+    ):
+        raise PlanFileError(
+            f"{where}: `partuner.input_shapes` must map input names to lists of dimensions >= 0 "
+            f"like {{input: [1, 3, 224, 224]}}, got {short_repr(shapes)}"
+        )
+    units = own.get("units") or {}
+    if not isinstance(units, dict) or not all(isinstance(v, dict) for v in units.values()):
+        raise PlanFileError(
+            f"{where}: `partuner.units` must be a mapping of unit names to units-file entries "
+            f"like {{cpu0: {{backend: onnxruntime}}}}, got {short_repr(units)}; fix it or pass "
+            "--units FILE"
+        )
+    for name in units:
+        _unit_name(name, "partuner.units", where)
+    model = own.get("model", doc.get("funcName"))
     return PlanFile(
         partitions=parts,
-        model=str(own.get("model", doc.get("funcName", ""))),
-        input_shapes={k: list(v) for k, v in (own.get("input_shapes") or {}).items()},
-        scheduler=str(own.get("scheduler", "imported")),
-        status=str(own.get("status", "imported")),
-        predicted_us=_us(own.get("predicted_ms")),
-        lower_bound_us=_us(own.get("lower_bound_ms")),
+        model=_string(model, "partuner.model", where, ""),
+        input_shapes={str(k): list(v) for k, v in shapes.items()},
+        scheduler=_string(own.get("scheduler"), "partuner.scheduler", where, "imported"),
+        status=_string(own.get("status"), "partuner.status", where, "imported"),
+        predicted_us=_us(own.get("predicted_ms"), "partuner.predicted_ms", where),
+        lower_bound_us=_us(own.get("lower_bound_ms"), "partuner.lower_bound_ms", where),
         modeled=bool(own.get("modeled", False)),
-        units=dict(own.get("units") or {}),
-        parallel=parallel,
+        units=dict(units),
+        parallel=_parallel(doc, where),
         source=where,
     )
 
@@ -216,8 +370,12 @@ def _read_nestc(doc: dict[str, Any], where: str) -> PlanFile:
     for key in ("backendNames", "partitionNames", "nodeToPartition"):
         if key not in doc:
             raise PlanFileError(f"{where} has no `{key}`: not a NEST-C or partuner plan file")
-    backends = _split(doc["backendNames"], "backendNames", where)
+    backends = [
+        _unit_name(b, "backendNames", where)
+        for b in _split(doc["backendNames"], "backendNames", where)
+    ]
     names = _split(doc["partitionNames"], "partitionNames", where)
+    check_partition_names(names, where)
     if len(backends) != len(names):
         raise PlanFileError(
             f"{where}: {len(names)} partitionNames but {len(backends)} backendNames"
@@ -231,22 +389,25 @@ def _read_nestc(doc: dict[str, Any], where: str) -> PlanFile:
         elif len(bits) >= 2 and bits[-1].isdigit():
             node, idx = "-".join(bits[:-1]), bits[-1]
         else:
-            raise PlanFileError(f"{where}: bad nodeToPartition item {item!r} (want node-index)")
-        i = int(idx)
-        if i >= len(names):
+            node, idx = "", ""
+        if not node or not idx.isascii():
             raise PlanFileError(
-                f"{where}: node {node!r} maps to partition {i}, but there are only {len(names)}"
+                f"{where}: bad nodeToPartition item {short_repr(item)} (want node-index)"
             )
-        nodes[i].append(node)
+        if len(idx) > 9 or int(idx) >= len(names):
+            raise PlanFileError(
+                f"{where}: node {short_repr(node)} maps to partition {short_repr(idx)}, but "
+                f"there are only {len(names)}"
+            )
+        nodes[int(idx)].append(node)
     parts = [
         PartitionSpec(n, b, tuple(ns))
         for n, b, ns in zip(names, backends, nodes, strict=True)
         if ns
     ]
-    parallel = [
-        g.strip("()").split("||")
-        for g in _split(doc.get("parallelPartitions"), "parallelPartitions", where)
-    ]
     return PlanFile(
-        partitions=parts, model=str(doc.get("funcName", "")), parallel=parallel, source=where
+        partitions=parts,
+        model=_string(doc.get("funcName"), "funcName", where, ""),
+        parallel=_parallel(doc, where),
+        source=where,
     )

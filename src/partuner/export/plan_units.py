@@ -1,0 +1,133 @@
+"""Which units a plan file's ``partuner.units`` section may define.
+
+Plan files travel between people (NEST-C plans are exchange files), so a plan is untrusted: it
+may only define units that neither run a program nor load code. That is an allow-list of
+backends and their options: ``onnxruntime`` (built-in execution providers, a few numeric session
+config entries), ``openvino`` (built-in devices, a few scheduling properties) and ``modeled``.
+``external`` units (a compile command, a runner module), entry-point backends (third-party code),
+onnxruntime config entries that write files (``ep.context_file_path``...) and OpenVINO properties
+such as ``CACHE_DIR`` are refused: such units come from a units file the user passes
+(``--units FILE``). See ``docs/plan-file.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from partuner.errors import PlanFileError
+from partuner.export.planfile import short_repr
+
+__all__ = ["SAFE_BACKENDS", "check_plan_units"]
+
+#: options every backend takes (``units/base.py`` ``COMMON_OPTIONS``)
+_COMMON = frozenset({"cores", "ops", "memory_mb", "remote"})
+#: backend -> its options a plan may set
+SAFE_BACKENDS: dict[str, frozenset[str]] = {
+    "onnxruntime": frozenset(
+        {"provider", "threads", "spinning", "optimization", "session_options"}
+    ),
+    "openvino": frozenset({"device", "threads", "precision", "pinning", "properties"}),
+    "modeled": frozenset({"gflops", "gbps", "overhead_us", "conv_channel_multiple", "precision"}),
+}
+#: keys of the mapping options a plan may set: numeric and threading settings only
+_SAFE_KEYS: dict[str, frozenset[str]] = {
+    "session_options": frozenset(
+        {
+            "session.set_denormal_as_zero",
+            "session.intra_op.allow_spinning",
+            "session.inter_op.allow_spinning",
+            "session.force_spinning_stop",
+            "session.disable_prepacking",
+            "session.dynamic_block_base",
+            "mlas.enable_gemm_fastmath_arm64_bfloat16",
+        }
+    ),
+    "properties": frozenset(
+        {
+            "NUM_STREAMS",
+            "PERFORMANCE_HINT",
+            "PERFORMANCE_HINT_NUM_REQUESTS",
+            "INFERENCE_NUM_THREADS",
+            "INFERENCE_PRECISION_HINT",
+            "ENABLE_CPU_PINNING",
+            "ENABLE_HYPER_THREADING",
+            "EXECUTION_MODE_HINT",
+            "SCHEDULING_CORE_TYPE",
+            "CPU_DENORMALS_OPTIMIZATION",
+        }
+    ),
+}
+_SCALAR = (str, int, float, bool, type(None))
+_FIX = "pass --units FILE with the units you trust"
+
+
+def _plain(value: object) -> bool:
+    """A scalar, or a list of scalars (``cores``, ``ops``)."""
+    return isinstance(value, _SCALAR) or (
+        isinstance(value, list) and all(isinstance(v, _SCALAR) for v in value)
+    )
+
+
+def _remote_value(value: object) -> bool:
+    """``remote: true/false`` or ``remote: {fingerprint: FP}`` (data only, see docs/units.md)."""
+    if isinstance(value, bool):
+        return True
+    return (
+        isinstance(value, Mapping)
+        and set(value) == {"fingerprint"}
+        and isinstance(value["fingerprint"], str)
+    )
+
+
+def check_plan_units(units: Mapping[str, Any], where: str, kind: str = "a plan file") -> None:
+    """Raise PlanFileError unless every unit of a plan's units section is on the allow-list
+    (:data:`SAFE_BACKENDS`, plain option values, the safe keys of mapping options, ``remote``
+    as ``true``/``false`` or ``{fingerprint: FP}``). ``kind`` names the untrusted file in the
+    message (a profiling kit's results are checked the same way).
+
+    Examples
+    --------
+    >>> check_plan_units({"cpu0": {"backend": "onnxruntime", "threads": 1}}, "plan.yaml")
+    >>> try:  # doctest: +ELLIPSIS
+    ...     check_plan_units({"npu": {"backend": "external", "compile": "rm -rf ~"}}, "p.yaml")
+    ... except PlanFileError as exc:
+    ...     print(exc)
+    p.yaml: unit 'npu' uses backend 'external', which can run a program or load code; ...
+    """
+    for name, entry in units.items():
+        what = f"{where}: unit {short_repr(name)}"
+        if isinstance(entry, Mapping) and isinstance(entry.get("spec"), Mapping):
+            entry = entry["spec"]  # a Unit.describe() dict
+        if not isinstance(entry, Mapping):
+            raise PlanFileError(
+                f"{what} must be a mapping with a backend, not {short_repr(entry)}; {_FIX}"
+            )
+        options = dict(entry)
+        backend = options.pop("backend", None)
+        if backend is None:
+            raise PlanFileError(f"{what} has no backend; {_FIX}")
+        if not isinstance(backend, str) or backend not in SAFE_BACKENDS:
+            raise PlanFileError(
+                f"{what} uses backend {short_repr(backend)}, which can run a program or load code; "
+                f"{kind} may not define it: {_FIX}"
+            )
+        for key, value in options.items():
+            if key not in SAFE_BACKENDS[backend] | _COMMON:
+                raise PlanFileError(
+                    f"{what}: option {short_repr(key)} of a {backend} unit is not one a plan may "
+                    f"set; {_FIX}"
+                )
+            if key == "remote" and _remote_value(value):
+                continue
+            if key in _SAFE_KEYS and isinstance(value, Mapping):
+                bad = [k for k in value if k not in _SAFE_KEYS[key] or not _plain(value[k])]
+                if bad:
+                    raise PlanFileError(
+                        f"{what}: {key} entry {short_repr(bad[0])} is not one a plan may set "
+                        f"(allowed: {sorted(_SAFE_KEYS[key])}); {_FIX}"
+                    )
+            elif not _plain(value):
+                raise PlanFileError(
+                    f"{what}: option {key} = {short_repr(value)} is not a plain value; {_FIX}"
+                )

@@ -1,0 +1,524 @@
+"""Plan files and export folders are untrusted: a plan cannot run a program, partition names are
+never paths, a re-export removes only what partuner wrote, a bad plan is one line, and output
+files get the user's umask."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+from pathlib import Path
+
+import onnx
+import pytest
+import yaml
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+
+from partuner.cli import main
+from partuner.errors import PartunerError, PlanFileError
+from partuner.export import PartitionSpec, PlanFile, export_plan, read_plan, write_plan
+from partuner.export.legalize import LegalizeOptions, export_legalized
+from partuner.graph import load_model
+
+NODES = ("n0", "n1", "n2", "n3")
+
+
+def _model() -> onnx.ModelProto:
+    """x[1,64] -> Relu -> Add(w) -> Neg -> Abs: four nodes, one 256-byte weight."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [1, 64], [0.5] * 64)
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="n0"),
+        helper.make_node("Add", ["a", "w"], ["b"], name="n1"),
+        helper.make_node("Neg", ["b"], ["c"], name="n2"),
+        helper.make_node("Abs", ["c"], ["y"], name="n3"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+        [w],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory) -> Path:
+    p = tmp_path_factory.mktemp("m") / "tiny.onnx"
+    onnx.save_model(_model(), p)
+    return p
+
+
+@pytest.fixture(scope="module")
+def graph(model_file):
+    return load_model(model_file)
+
+
+CPU = {"backend": "onnxruntime", "threads": 1}
+
+
+def _own_plan(path: Path, parts: list[tuple[str, str, list[str]]], units=None) -> Path:
+    doc = {
+        "funcName": "tiny.onnx",
+        "partuner": {
+            "version": 1,
+            "model": "tiny.onnx",
+            "units": units if units is not None else {"cpu": CPU},
+            "partitions": [
+                {"name": n, "unit": u, "start_ms": 0.0, "end_ms": 0.1, "nodes": ns}
+                for n, u, ns in parts
+            ],
+        },
+    }
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def _fails_cleanly(r, *needles: str) -> str:
+    assert r.exit_code == 2, r.output
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1, r.output
+    assert lines[0].startswith("partuner: error: ") and "Traceback" not in r.output
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+# -- 1. a plan file cannot run a program --------------------------------------------------------
+
+ATTACK = {"backend": "external", "compile": "touch owned.txt {artifact}", "runner": "os:getcwd"}
+
+
+@pytest.mark.parametrize("command", ["run", "check", "report"])
+def test_plan_units_section_cannot_run_a_command(tmp_path, model_file, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    plan = _own_plan(tmp_path / "plan.yaml", [("p0", "npu", list(NODES))], {"npu": ATTACK})
+    extra = ["-o", tmp_path / "r.html"] if command == "report" else []
+    r = _cli(command, model_file, "--plan", plan, *extra)
+    assert not (tmp_path / "owned.txt").exists()
+    _fails_cleanly(r, "'npu'", "external", "--units")
+    assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("unit", "needle"),
+    [
+        ({**CPU, "session_options": {"ep.context_file_path": "x.onnx"}}, "ep.context_file_path"),
+        ({"backend": "openvino", "properties": {"CACHE_DIR": "cache"}}, "CACHE_DIR"),
+        ({"backend": "external", "runner": "os:getcwd"}, "external"),
+        ({"backend": "vendor_thirdparty"}, "vendor_thirdparty"),
+        ({"spec": ATTACK}, "external"),
+        ({**CPU, "provider": {"a": 1}}, "provider"),
+        ("external", "mapping"),
+    ],
+)
+def test_plan_units_that_run_or_load_code_are_refused(
+    tmp_path, model_file, monkeypatch, unit, needle
+):
+    monkeypatch.chdir(tmp_path)
+    plan = _own_plan(tmp_path / "plan.yaml", [("p0", "u", list(NODES))], {"u": unit})
+    r = _cli("check", model_file, "--plan", plan)
+    _fails_cleanly(r, needle, "--units")
+    assert sorted(os.listdir(tmp_path)) == ["plan.yaml"]
+
+
+def test_plan_with_safe_units_runs_without_units_file(tmp_path, model_file):
+    units = {
+        "cpu": {**CPU, "spinning": False, "optimization": "all", "session_options": {}},
+        "npu": {"backend": "modeled", "gflops": 100, "gbps": 8, "ops": ["Neg", "Abs"]},
+    }
+    parts = [("p0", "cpu", ["n0", "n1"]), ("p1", "npu", ["n2", "n3"])]
+    plan = _own_plan(tmp_path / "plan.yaml", parts, units)
+    r = _cli("check", model_file, "--plan", plan, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["passed"] is True
+    # --units FILE takes the place of the plan's section.
+    (tmp_path / "u.yaml").write_text(yaml.safe_dump({"units": {"cpu": CPU, "npu": CPU}}))
+    r = _cli("check", model_file, "--plan", plan, "--units", tmp_path / "u.yaml", "--json")
+    assert r.exit_code == 0, r.output
+
+
+# -- 2. partition names are never paths ---------------------------------------------------------
+
+BAD_NAMES = ["../../x", "/abs/path/model", "a/b", "..", ".hidden", "-x", "a\\b", "", "p\n0"]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_bad_partition_names_are_refused_in_own_format(tmp_path, model_file, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "deep" / "er" / "out"
+    plan = _own_plan(tmp_path / "plan.yaml", [(name, "cpu", list(NODES))])
+    r = _cli("export", model_file, "--plan", plan, "-o", out)
+    _fails_cleanly(r, "partition name", "plan.yaml")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["plan.yaml"]
+
+
+@pytest.mark.parametrize("name", ["../../x", "/abs/model", "a/b", ".."])
+def test_bad_partition_names_are_refused_in_nestc_format(tmp_path, model_file, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        yaml.safe_dump(
+            {
+                "backendNames": "cpu:cpu",
+                "partitionNames": f"{name}:p1",
+                "nodeToPartition": "n0-0:n1-0:n2-1:n3-1",
+            }
+        )
+    )
+    (tmp_path / "u.yaml").write_text(yaml.safe_dump({"units": {"cpu": CPU}}))
+    out = tmp_path / "deep" / "er" / "o"
+    r = _cli("export", model_file, "--plan", plan, "--units", tmp_path / "u.yaml", "-o", out)
+    _fails_cleanly(r, "partition name")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["plan.yaml", "u.yaml"]
+
+
+def test_absolute_partition_name_does_not_overwrite_a_users_model(tmp_path, model_file):
+    victim = tmp_path / "mine.onnx"
+    victim.write_bytes(b"precious")
+    plan = _own_plan(tmp_path / "plan.yaml", [(str(tmp_path / "mine"), "cpu", list(NODES))])
+    r = _cli("export", model_file, "--plan", plan, "-o", tmp_path / "out")
+    _fails_cleanly(r, "partition name")
+    assert victim.read_bytes() == b"precious"
+
+
+def test_duplicate_partition_names_are_refused(tmp_path, model_file):
+    plan = _own_plan(
+        tmp_path / "plan.yaml", [("p", "cpu", ["n0", "n1"]), ("p", "cpu", ["n2", "n3"])]
+    )
+    _fails_cleanly(_cli("export", model_file, "--plan", plan, "-o", tmp_path / "o"), "'p'", "twice")
+    plan.write_text(
+        yaml.safe_dump(
+            {"backendNames": "cpu:cpu", "partitionNames": "q:q", "nodeToPartition": "n0-0:n1-1"}
+        )
+    )
+    with pytest.raises(PlanFileError, match="'q'.*twice"):
+        read_plan(plan)
+    with pytest.raises(PlanFileError, match="twice"):  # a library caller's PlanFile too
+        export_plan(
+            load_model(model_file),
+            PlanFile([PartitionSpec("P", "c", NODES[:2]), PartitionSpec("p", "c", NODES[2:])]),
+            tmp_path / "lib",
+        )
+    assert not (tmp_path / "o").exists() and not (tmp_path / "lib").exists()
+
+
+# -- 3. a re-export removes only what partuner wrote --------------------------------------------
+
+
+def _spec(names: list[str]) -> PlanFile:
+    """Consecutive, non-empty chunks of the four nodes, one per name."""
+    cuts = [round(i * len(NODES) / len(names)) for i in range(len(names) + 1)]
+    return PlanFile(
+        [PartitionSpec(n, "cpu", NODES[cuts[i] : cuts[i + 1]]) for i, n in enumerate(names)],
+        model="tiny.onnx",
+    )
+
+
+def test_reexport_keeps_the_users_files_and_drops_stale_partitions(tmp_path, graph):
+    out = tmp_path / "out"
+    export_legalized(graph, _spec(["a", "b", "c"]), out, LegalizeOptions(external_data_threshold=1))
+    assert (out / "partitions" / "b.onnx.data").is_file()
+    (out / "partitions" / "notes.txt").write_text("mine")
+    (out / "partitions" / "mine.onnx").write_text("mine too")
+    (out / "README").write_text("top")
+    export_plan(graph, _spec(["x", "y"]), out)
+    left = sorted(os.listdir(out / "partitions"))
+    assert left == ["mine.onnx", "notes.txt", "x.onnx", "y.onnx"]
+    assert (out / "README").read_text() == "top"
+    man = json.loads((out / "manifest.json").read_text())
+    assert [p["file"] for p in man["partitions"]] == ["partitions/x.onnx", "partitions/y.onnx"]
+    # Through the legalizer as well.
+    opts = LegalizeOptions(external_data_threshold=1)
+    export_legalized(graph, _spec(["q"]), out, opts)
+    left = sorted(os.listdir(out / "partitions"))
+    assert left == ["mine.onnx", "notes.txt", "q.onnx", "q.onnx.data"]
+
+
+def test_reexport_trusts_no_path_of_a_tampered_manifest(tmp_path, graph):
+    out = tmp_path / "sub" / "out"
+    export_plan(graph, _spec(["a"]), out)
+    victims = [tmp_path / "victim.onnx", tmp_path / "sub" / "v2.onnx", out / "plan2.yaml"]
+    for v in victims:
+        v.write_text("keep")
+    (out / "partitions" / "user.txt").write_text("keep")
+    man = json.loads((out / "manifest.json").read_text())
+    entries = [
+        ("../../victim", "partitions/../../victim.onnx"),
+        ("v2", "../v2.onnx"),
+        ("victim", str(tmp_path / "victim.onnx")),
+        ("plan2", "plan2.yaml"),
+        ("user", "partitions/user.txt"),
+        ("z", "partitions/a.onnx"),
+        (7, 7),
+        (None, None),
+        ("a", "partitions/a.onnx"),  # the one true entry: a.onnx goes
+    ]
+    man["partitions"] = [{"name": n, "file": f, "external_data": f} for n, f in entries]
+    man["partitions"] += ["junk", None, {"file": {"a": 1}}]
+    (out / "manifest.json").write_text(json.dumps(man))
+    export_plan(graph, _spec(["b"]), out)
+    assert all(v.read_text() == "keep" for v in victims)
+    assert sorted(os.listdir(out / "partitions")) == ["b.onnx", "user.txt"]
+    (out / "manifest.json").write_text("[not json")  # an unreadable manifest removes nothing
+    export_plan(graph, _spec(["c"]), out)
+    assert sorted(os.listdir(out / "partitions")) == ["b.onnx", "c.onnx", "user.txt"]
+
+
+def test_export_cli_reexport_keeps_user_file(tmp_path, model_file):
+    out = tmp_path / "out"
+    plan = _own_plan(
+        tmp_path / "plan.yaml", [("p0", "cpu", ["n0", "n1"]), ("p1", "cpu", ["n2", "n3"])]
+    )
+    assert _cli("export", model_file, "--plan", plan, "-o", out).exit_code == 0
+    (out / "partitions" / "keep.me").write_text("x")
+    plan = _own_plan(tmp_path / "plan.yaml", [("whole", "cpu", list(NODES))])
+    r = _cli("export", model_file, "--plan", plan, "-o", out)
+    assert r.exit_code == 0, r.output
+    assert sorted(os.listdir(out / "partitions")) == ["keep.me", "whole.onnx"]
+
+
+def test_output_that_is_a_file_or_a_linked_partitions_folder_is_refused(tmp_path, model_file):
+    plan = _own_plan(tmp_path / "plan.yaml", [("p0", "cpu", list(NODES))])
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(PartunerError, match="afile is a file"):  # the CLI: click refuses it
+        export_plan(load_model(model_file), _spec(["a"]), tmp_path / "afile")
+    assert (tmp_path / "afile").read_text() == "mine"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "p0.onnx").write_text("mine")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "partitions").symlink_to(elsewhere)
+    r = _cli("export", model_file, "--plan", plan, "-o", out)
+    _fails_cleanly(r, "partitions", "link")
+    assert os.listdir(elsewhere) == ["p0.onnx"] and (elsewhere / "p0.onnx").read_text() == "mine"
+    assert sorted(os.listdir(tmp_path)) == ["afile", "elsewhere", "out", "plan.yaml"]
+
+
+# -- 4. bad plan files are one line -------------------------------------------------------------
+
+GOOD_OWN = {"name": "p0", "unit": "cpu", "start_ms": 0.0, "end_ms": 1.0, "nodes": list(NODES)}
+
+
+def _own_doc(**changes) -> dict:
+    part = {**GOOD_OWN, **changes.pop("part", {})}
+    own = {"version": 1, "model": "tiny.onnx", "units": {"cpu": CPU}, "partitions": [part]}
+    own.update(changes)
+    return {"funcName": "tiny.onnx", "partuner": own}
+
+
+BAD_DOCS = [
+    (_own_doc(part={"nodes": 5}), "nodes"),
+    (_own_doc(part={"nodes": [1, 2]}), "nodes"),
+    (_own_doc(part={"nodes": [["n0"]]}), "nodes"),
+    (_own_doc(part={"name": ["p0"]}), "name"),
+    (_own_doc(part={"unit": {"a": 1}}), "unit"),
+    (_own_doc(part={"start_ms": -1.0}), "start_ms"),
+    (_own_doc(part={"end_ms": float("nan")}), "end_ms"),
+    (_own_doc(part={"end_ms": "soon"}), "end_ms"),
+    (_own_doc(part={"start_ms": [1]}), "start_ms"),
+    (_own_doc(part={"start_ms": 10**400}), "start_ms"),
+    (_own_doc(part={"end_ms": float("inf")}), "end_ms"),
+    (_own_doc(predicted_ms=-3), "predicted_ms"),
+    (_own_doc(lower_bound_ms={"x": 1}), "lower_bound_ms"),
+    (_own_doc(input_shapes=[1, 2]), "input_shapes"),
+    (_own_doc(input_shapes={"x": 5}), "input_shapes"),
+    (_own_doc(input_shapes={"x": [1, -4]}), "input_shapes"),
+    (_own_doc(input_shapes={"x": ["a"]}), "input_shapes"),
+    (_own_doc(units=[1, 2]), "units"),
+    (_own_doc(units={"cpu": 3}), "units"),
+    (_own_doc(model=["a"]), "model"),
+    ({"backendNames": "cpu", "partitionNames": "p0", "nodeToPartition": "n0-" + "9" * 5000}, "9"),
+    ({"backendNames": "cpu", "partitionNames": "p0", "nodeToPartition": "-0"}, "nodeToPartition"),
+    ({"backendNames": "../c", "partitionNames": "p0", "nodeToPartition": "n0-0"}, "unit name"),
+    ({"backendNames": "c", "partitionNames": "p0", "nodeToPartition": "n0-0", "funcName": [1]}, ""),
+    ("[" * 5000 + "]" * 5000, ""),
+]
+
+
+@pytest.mark.parametrize(("doc", "needle"), BAD_DOCS)
+def test_bad_plan_files_raise_one_line(tmp_path, doc, needle):
+    p = tmp_path / "plan.yaml"
+    if isinstance(doc, str):
+        p.write_text(doc)
+    else:
+        p.write_text(yaml.safe_dump(doc))
+    with pytest.raises(PlanFileError) as exc:
+        read_plan(p)
+    msg = str(exc.value)
+    assert "\n" not in msg and str(p) in msg and needle in msg and len(msg) < 400
+
+
+def test_bad_plan_files_fail_cleanly_in_the_cli(tmp_path, model_file):
+    p = tmp_path / "plan.yaml"
+    good = yaml.safe_dump(_own_doc())
+    p.write_text(good[: len(good) // 2])
+    for command in ("export", "check"):
+        extra = ["-o", tmp_path / "o"] if command == "export" else []
+        _fails_cleanly(_cli(command, model_file, "--plan", p, *extra), str(p))
+    p.write_text(yaml.safe_dump(_own_doc(part={"nodes": 3})))
+    _fails_cleanly(_cli("check", model_file, "--plan", p), "nodes")
+    assert not (tmp_path / "o").exists()
+
+
+# A valid plan in each format, as text, and random mutations of it.
+VALID_OWN = yaml.safe_dump(
+    {
+        **_own_doc(input_shapes={"x": [1, 64]}, predicted_ms=1.5, lower_bound_ms=1.0),
+        "backendNames": "cpu",
+        "partitionNames": "p0",
+        "nodeToPartition": "n0-0:n1-0:n2-0:n3-0",
+        "parallelPartitions": "(p0||p0)",
+    },
+    sort_keys=False,
+)
+VALID_NESTC = yaml.safe_dump(
+    {
+        "funcName": "tiny.onnx",
+        "backendNames": "cpu:cpu",
+        "partitionNames": "p0:p1",
+        "nodeToPartition": "n0-0:n1-0:n2-1-cpu:n3-1",
+        "parallelPartitions": "(p0||p1)",
+    }
+)
+
+_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(["../x", "/abs", "..", "n0-0:n1-x", "1e400", "-0"]),
+)
+_value = st.recursive(
+    _leaf,
+    lambda kids: (
+        st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=5), kids, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+def _paths(doc, prefix=()):
+    """Every (path to a value) in a parsed YAML document."""
+    yield prefix
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _paths(v, (*prefix, i))
+
+
+def _replaced(doc, path, value):
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    if isinstance(doc, dict):
+        return {k: (_replaced(v, rest, value) if k == head else v) for k, v in doc.items()}
+    return [(_replaced(v, rest, value) if i == head else v) for i, v in enumerate(doc)]
+
+
+def _check_loaded(pf: PlanFile) -> None:
+    """What a loaded plan promises: safe unique names, node names as strings, sane times."""
+    names = [p.name for p in pf.partitions]
+    assert len({n.lower() for n in names}) == len(names)
+    for p in pf.partitions:
+        assert isinstance(p.name, str) and "/" not in p.name and not p.name.startswith(".")
+        assert isinstance(p.unit, str) and "/" not in p.unit
+        assert all(isinstance(n, str) and n for n in p.nodes)
+        for t in (p.start_us, p.end_us):
+            assert math.isnan(t) or 0 <= t < math.inf
+    for t in (pf.predicted_us, pf.lower_bound_us):
+        assert t is None or 0 <= t < math.inf
+    for dims in pf.input_shapes.values():
+        assert all(isinstance(d, int) and d >= 0 for d in dims)
+    assert isinstance(pf.units, dict) and isinstance(pf.model, str)
+
+
+def _load(tmp_path: Path, text: str) -> None:
+    p = tmp_path / "fuzz.yaml"
+    p.write_text(text, encoding="utf-8", errors="surrogatepass")
+    try:
+        pf = read_plan(p)
+    except PlanFileError as exc:
+        assert "\n" not in str(exc)
+        return
+    _check_loaded(pf)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    text=st.sampled_from([VALID_OWN, VALID_NESTC]),
+    data=st.data(),
+)
+def test_mutated_plan_files_load_or_raise_plan_file_error(tmp_path, text, data):
+    kind = data.draw(st.sampled_from(["truncate", "splice", "replace"]))
+    if kind == "truncate":
+        text = text[: data.draw(st.integers(0, len(text)))]
+    elif kind == "splice":
+        at = data.draw(st.integers(0, len(text)))
+        cut = data.draw(st.integers(0, 20))
+        text = (
+            text[:at]
+            + data.draw(st.text(alphabet=":-[]{}|&*!'\"\n #0a.", max_size=8))
+            + text[at + cut :]
+        )
+    else:
+        doc = yaml.safe_load(text)
+        path = data.draw(st.sampled_from(list(_paths(doc))))
+        text = yaml.safe_dump(_replaced(doc, path, data.draw(_value)))
+    _load(tmp_path, text)
+
+
+# -- 5. output files get the user's umask -------------------------------------------------------
+
+
+@pytest.fixture()
+def umask_022():
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _mode(p: Path) -> int:
+    return stat.S_IMODE(p.stat().st_mode)
+
+
+def test_outputs_get_the_umask(tmp_path, graph, umask_022):
+    write_plan(_spec(["a", "b"]), tmp_path / "plan.yaml")
+    assert _mode(tmp_path / "plan.yaml") == 0o644
+    out = tmp_path / "exp"
+    export_plan(graph, _spec(["a", "b"]), out)
+    assert _mode(out) == 0o755 and _mode(out / "partitions") == 0o755
+    for f in ("manifest.json", "plan.yaml", "partitions/a.onnx"):
+        assert _mode(out / f) == 0o644, f
+    leg = tmp_path / "leg"
+    export_legalized(graph, _spec(["a"]), leg, LegalizeOptions(external_data_threshold=1))
+    assert _mode(leg) == 0o755
+    for f in ("manifest.json", "partitions/a.onnx", "partitions/a.onnx.data"):
+        assert _mode(leg / f) == 0o644, f
+    # re-exporting into an existing folder: the new files get the umask too
+    export_legalized(graph, _spec(["z"]), out, LegalizeOptions(external_data_threshold=1))
+    assert _mode(out / "partitions" / "z.onnx.data") == 0o644
+
+
+def test_atomic_write_keeps_an_existing_files_mode(tmp_path, umask_022):
+    p = tmp_path / "plan.yaml"
+    p.write_text("old")
+    p.chmod(0o640)
+    write_plan(_spec(["a"]), p)
+    assert _mode(p) == 0o640 and read_plan(p).partitions[0].name == "a"
