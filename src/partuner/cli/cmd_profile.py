@@ -133,24 +133,17 @@ def profile_cmd(
         if import_nestc:
             _import_nestc(store, g, load_units_cli(units_file), import_nestc, unit_name, as_json)
             return
-        remote: dict[str, str] = {}
-        extra: dict[str, Any] = {}
-        if import_path:
-            from partuner.profile.kit import import_results
-            from partuner.units import units_from_mapping
+        from partuner.profile.remote import resolve_remote
 
-            given = load_units_cli(units_file) if units_file else None
-            imp = import_results(store, g, import_path, given)
-            us = given or units_from_mapping({"units": imp.specs}, source=import_path)
-            remote = imp.fingerprints
-            extra["link_sizes"] = imp.sizes
-            if not quiet and not as_json:
-                console.print(
-                    f"imported {imp.rows} measurements of {len(remote)} unit(s) measured on "
-                    f"{imp.host}, {imp.links} link(s)"
-                )
+        extra: dict[str, Any] = {}
+        imported: dict[str, str] = {}
+        if import_path:
+            us, imported, extra["link_sizes"] = _import_kit(
+                store, g, import_path, units_file, quiet or as_json
+            )
         else:
             us = load_units_cli(units_file)
+        remote = {**resolve_remote(store, us, g), **imported}
         prof = _run_profile(
             g,
             us,
@@ -164,11 +157,63 @@ def profile_cmd(
             **extra,
         )
     files: list[str] = []
+    extra_json = {"units_file": {"units": _remote_specs(us, imported)}} if imported else {}
     if export_nestc:
         from partuner.profile.nestc import export_nestc as write_nestc
 
         files = [str(p) for p in write_nestc(prof, g, export_nestc)]
-    _render(g, prof, files, as_json)
+    _render(g, prof, files, as_json, extra_json)
+
+
+def _remote_specs(us: Any, imported: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The units-file entries that mark the imported units remote (``remote: true``)."""
+    out = {}
+    for name in imported:
+        spec = {k: v for k, v in us[name].spec().items() if k != "remote"}
+        out[name] = {**spec, "remote": True}
+    return out
+
+
+def _import_kit(
+    store: Any, g: Any, path: str, units_file: str | None, quiet: bool
+) -> tuple[Any, dict[str, str], list[int]]:
+    """Load a kit's results: the units (the file's, else rebuilt as remote units from the
+    results), unit name -> the target's fingerprint, and the link sizes measured. Says what to
+    put in a units file."""
+    import yaml
+
+    from partuner.profile.kit import import_results
+    from partuner.units import units_from_mapping
+
+    given = load_units_cli(units_file) if units_file else None
+    imp = import_results(store, g, path, given)
+    if given is None:
+        specs = {
+            n: {**{k: v for k, v in spec.items() if k != "remote"}, "remote": {"fingerprint": fp}}
+            for n, spec in imp.specs.items()
+            for fp in [imp.fingerprints[n]]
+        }
+        us = units_from_mapping({"units": specs}, source=path)
+    else:
+        us = given
+        for name, fp in imp.fingerprints.items():
+            if us[name].remote is not None:
+                us[name].remote = {"fingerprint": fp}
+    if not quiet:
+        console.print(
+            f"imported {imp.rows} measurements of {len(imp.fingerprints)} unit(s) measured on "
+            f"{imp.host}, {imp.links} link(s)"
+        )
+        console.print(
+            "to plan and export with these measurements (partuner plan/export --units FILE), "
+            "mark the units remote in the units file:"
+        )
+        lines = ["units:"]
+        for name, spec in _remote_specs(us, imp.fingerprints).items():
+            flow = yaml.safe_dump(spec, default_flow_style=True, sort_keys=False, width=10**6)
+            lines.append(f"  {name}: {flow.strip()}")
+        console.print("\n".join(lines), markup=False, highlight=False)
+    return us, dict(imp.fingerprints), imp.sizes
 
 
 def _run_profile(g: Any, us: Any, store: Any, quiet: bool, **kw: Any) -> Any:
@@ -189,11 +234,18 @@ def _show(db: str | None, as_json: bool) -> None:
             return
         console.print(f"profile store {store.path}")
         t = Table(show_edge=False)
-        for c in ("fingerprint", "unit", "rows", "unsupported", "last"):
+        for c in ("fingerprint", "unit", "rows", "unsupported", "failed", "last"):
             t.add_column(c)
         for r in rows:
             last = datetime.datetime.fromtimestamp(r["last"]).isoformat(timespec="seconds")
-            t.add_row(r["fingerprint"], r["unit"][:60], str(r["rows"]), str(r["unsupported"]), last)
+            t.add_row(
+                r["fingerprint"],
+                r["unit"][:60],
+                str(r["rows"]),
+                str(r["unsupported"]),
+                str(r["failed"]),
+                last,
+            )
         console.print(t)
 
 
@@ -270,7 +322,9 @@ def _links(prof: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _render(g: Any, prof: Any, files: list[str], as_json: bool) -> None:
+def _render(
+    g: Any, prof: Any, files: list[str], as_json: bool, extra: dict[str, Any] | None = None
+) -> None:
     summary = unit_summary(prof)
     for r in summary:
         r["fused_additivity_error"] = prof.units[r["unit"]].fused_additivity_error
@@ -292,7 +346,9 @@ def _render(g: Any, prof: Any, files: list[str], as_json: bool) -> None:
                 "remote": prof.remote,
                 "skipped_units": prof.skipped_units,
                 "unsupported": [list(x) for x in prof.unsupported],
+                "failed": [list(x) for x in prof.failed],
                 "nestc_files": files,
+                **(extra or {}),
             }
         )
         return
@@ -332,6 +388,9 @@ def _render(g: Any, prof: Any, files: list[str], as_json: bool) -> None:
         )
     for node, unit, why in prof.unsupported[:10]:
         console.print(f"  [yellow]{unit} cannot run {node}[/yellow]: {why}")
+    for node, unit, why in prof.failed[:10]:
+        again = "(timed again next run)"
+        console.print(f"  [yellow]{unit} could not time {node}[/yellow] {again}: {why}")
     for f in files:
         console.print(f"wrote {f}")
 

@@ -2,29 +2,75 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.table import Table
 
 from partuner.cli import main
-from partuner.cli.common import console, emit_json, handle_errors, json_option, units_option
+from partuner.cli.common import (
+    console,
+    db_option,
+    emit_json,
+    handle_errors,
+    json_option,
+    units_option,
+)
 from partuner.cli.stages import load_units_cli
+
+
+def _remote_sources(us: Any, db: str | None) -> dict[str, str]:
+    """For each remote unit: where its measurements come from (the kit imports recorded)."""
+    remote = [u for u in us if u.remote is not None]
+    if not remote:
+        return {}
+    from partuner.profile import ProfileStore
+    from partuner.profile.remote import find_targets
+
+    out = {}
+    with ProfileStore(db) as store:
+        for unit in remote:
+            found = find_targets(store, unit)
+            fp = unit.remote.get("fingerprint")
+            if len(found) == 1:
+                out[unit.name] = f"remote: {found[0].describe()}"
+            elif found:
+                which = ", ".join(f"{t.fingerprint} on {t.host}" for t in found)
+                out[unit.name] = (
+                    f"remote: measured on {len(found)} targets ({which}); pick one with "
+                    "remote: {fingerprint: FP}"
+                )
+            elif fp:
+                out[unit.name] = f"remote: measurements stored as {fp} (no kit import recorded)"
+            else:
+                out[unit.name] = (
+                    "remote: no kit results imported yet; run the kit on the target and "
+                    "partuner profile MODEL --import RESULTS"
+                )
+    return out
 
 
 @main.command("units")
 @units_option
+@db_option
 @json_option
 @handle_errors
-def units_cmd(units_file: str | None, as_json: bool) -> None:
-    """List the units (from --units FILE or the local default) and whether each is available."""
+def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
+    """List the units (from --units FILE or the local default) and whether each is available;
+    for remote units, where their measurements come from (the profile store, --db)."""
     us = load_units_cli(units_file)
+    sources = _remote_sources(us, db)
     rows = []
     for name, unit in us.units.items():
         ok, why = unit.availability()
+        if name in sources:
+            why = sources[name]
         rows.append(
             {
                 "name": name,
                 "backend": unit.backend,
                 "precision": unit.precision,
                 "modeled": unit.modeled,
+                "remote": unit.remote is not None,
                 "available": ok,
                 "reason": why,
                 "options": unit.describe(),
@@ -60,7 +106,7 @@ def units_cmd(units_file: str | None, as_json: bool) -> None:
             r["name"],
             r["backend"],
             r["precision"],
-            "yes" if r["available"] else "[red]no[/red]",
+            "yes" if r["available"] else ("remote" if r["remote"] else "[red]no[/red]"),
             note,
         )
     console.print(t)

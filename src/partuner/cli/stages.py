@@ -23,22 +23,28 @@ def profile_cli(
     fuse: tuple[str, ...] = (),
     fuse_max: int = 3,
 ) -> Any:
-    """Profile with a progress bar; ``fuse`` holds ``--fuse`` patterns (or ``auto``)."""
+    """Profile with a progress bar; ``fuse`` holds ``--fuse`` patterns (or ``auto``). Remote
+    units (``remote: true`` in the units file) come from the kit results imported into the
+    store, never timed here."""
     from partuner.profile import ProfileStore, parse_pattern, profile_model
+    from partuner.profile.remote import resolve_remote
 
     patterns = [parse_pattern(f) for f in fuse if f.lower() != "auto"]
     fuse_auto = fuse_max if any(f.lower() == "auto" for f in fuse) else 0
-    with ProfileStore(db) as store, progress_bar("profiling", quiet) as cb:
-        return profile_model(
-            graph,
-            units,
-            store=store,
-            progress=cb,
-            budget_s=budget_s,
-            skip_unavailable=skip_unavailable,
-            fuse=patterns or None,
-            fuse_auto=fuse_auto,
-        )
+    with ProfileStore(db) as store:
+        remote = resolve_remote(store, units, graph)  # before the bar: errors stay one line
+        with progress_bar("profiling", quiet) as cb:
+            return profile_model(
+                graph,
+                units,
+                store=store,
+                progress=cb,
+                budget_s=budget_s,
+                skip_unavailable=skip_unavailable,
+                fuse=patterns or None,
+                fuse_auto=fuse_auto,
+                remote=remote,
+            )
 
 
 def corrections_cli(graph: Any, units: Any, db: str | None) -> dict[str, float]:

@@ -12,7 +12,9 @@
 ``python DIR/run_profile.py`` on the board writes ``DIR/results.json``;
 ``partuner profile MODEL --import results.json`` loads it into the store
 (:func:`import_results`) under the fingerprints the units have *on the board* (computed there by
-the same formula as ``Unit.fingerprint``), so a local profile never mistakes them for its own.
+the same formula as ``Unit.fingerprint``), so a local profile never mistakes them for its own,
+and records each unit as a target (``profile/remote.py``): a units file marking the unit
+``remote: true`` then plans from these measurements.
 A results file for another model (digest) or whose units do not match the units file given is
 refused with one line.
 """
@@ -38,6 +40,7 @@ from partuner.profile.groups import candidate_groups, group_signature
 from partuner.profile.kit_runner import fingerprint as target_fingerprint
 from partuner.profile.measure import overhead_model
 from partuner.profile.profiler import OVERHEAD_SIG
+from partuner.profile.remote import Target, record_target, unit_fields
 from partuner.profile.signature import model_digest, node_signature
 from partuner.profile.store import Measurement, ProfileStore
 from partuner.profile.transfer import LINK_SIZES, combine_link, copy_model, put_rows
@@ -51,18 +54,6 @@ FORMAT = "partuner-kit"
 RESULTS_FORMAT = "partuner-kit-results"
 VERSION = 1
 COPY_SIG = "__copy__#{}"
-
-
-def unit_fields(unit: Unit) -> dict[str, Any]:
-    """What a unit's fingerprint is computed from, less the backend version and host."""
-    speed = json.loads(json.dumps(unit._speed_options(), default=str))
-    return {
-        "backend": unit.backend,
-        "precision": unit.precision,
-        "speed": speed,
-        "tag": unit._fingerprint_tag(),
-        "host_dependent": unit.host_dependent,
-    }
 
 
 def _session(unit: Unit) -> dict[str, Any]:
@@ -192,7 +183,10 @@ def _measurement(row: list) -> Measurement:
     med, p10, p90, count, status, detail = row
     if status != "ok" or med is None:
         return Measurement(math.inf, math.inf, math.inf, 0, "unsupported", str(detail))
-    return Measurement(float(med), float(p10), float(p90), int(count), "ok", str(detail or ""))
+    times = [float(med), float(p10), float(p90)]
+    if not all(math.isfinite(t) and t >= 0 for t in times):
+        raise ValueError(f"a time of {times} is not a finite number >= 0")
+    return Measurement(*times, int(count), "ok", str(detail or ""))
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -225,6 +219,24 @@ def import_results(
     """
     p = Path(path)
     data = _load(p)
+    try:  # the file comes from a board: read all of it before anything is stored
+        imp, writes = _read_results(p, data, graph, units)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise ProfileError(
+            f"{p} is not a well-formed kit results file ({type(exc).__name__}: "
+            f"{str(exc)[:80]}); re-run the kit and pass its results.json"
+        ) from None
+    for write in writes:
+        write(store)
+    return imp
+
+
+def _read_results(
+    p: Path, data: dict[str, Any], graph: ModelGraph, units: UnitSet | None
+) -> tuple[KitImport, list[Any]]:
+    """What a results file holds, and the store writes that import it (none done yet)."""
+    from partuner.export.plan_units import check_plan_units
+
     digest = model_digest(graph)
     if data["digest"] != digest:
         raise ProfileError(
@@ -233,11 +245,12 @@ def import_results(
         )
     host = str(data["host"])
     imp = KitImport(host, {})
+    writes: list[Any] = []
     copies: dict[str, dict[int, Measurement] | None] = {}
     sizes = sorted(int(n) for n in data["handoff"])
     imp.sizes = sizes
     for entry in data["units"]:
-        name, fp, version = entry["name"], entry["fingerprint"], entry["backend_version"]
+        name, fp, version = str(entry["name"]), str(entry["fingerprint"]), entry["backend_version"]
         fields = entry["fields"]
         if target_fingerprint(fields, version, host) != fp:
             raise ProfileError(
@@ -255,13 +268,16 @@ def import_results(
                     "the kit was made with"
                 )
             imp.specs[name] = units[name].spec()
-        else:
+        else:  # units rebuilt from the file: only those a plan file could define
             imp.specs[name] = _spec_from(fields, entry)
+            check_plan_units({name: imp.specs[name]}, str(p), "a kit's results file")
         imp.fingerprints[name] = fp
+        target = Target(name, fp, host, version, str(p))
+        writes.append(lambda st, t=target, f=fields: record_target(st, t, f))
         desc = f"{name} on {host} (partuner kit, {version})"
-        rows = {sig: _measurement(r) for sig, r in entry["measurements"].items()}
+        rows = {str(sig): _measurement(r) for sig, r in entry["measurements"].items()}
         for sig, m in rows.items():
-            store.put(fp, sig, m, description=desc)
+            writes.append(lambda st, fp=fp, sig=sig, m=m, d=desc: st.put(fp, sig, m, description=d))
             imp.rows += 1
         call = rows.get(OVERHEAD_SIG)
         call_us = call.median_us if call is not None and call.status == "ok" else 0.0
@@ -283,9 +299,10 @@ def import_results(
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
             rows = combine_link(hand, copies[a], copies[b])
-            put_rows(store, imp.fingerprints[a], imp.fingerprints[b], rows)
+            pair = (imp.fingerprints[a], imp.fingerprints[b])
+            writes.append(lambda st, pair=pair, rows=rows: put_rows(st, *pair, rows))
             imp.links += 1
-    return imp
+    return imp, writes
 
 
 def _spec_from(fields: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:

@@ -49,9 +49,17 @@ COMMON_OPTIONS: dict[str, str] = {
     "cores": "list of CPU core ids the unit occupies (declared, e.g. [0])",
     "ops": "list of ONNX op types the unit runs (default: all)",
     "memory_mb": "memory for weights and activations in MB, number > 0 (default: unlimited)",
+    "remote": "true: a target elsewhere, measured by a profiling kit whose results were "
+    "imported (never run here); or {fingerprint: FP} to name the imported measurements",
 }
 
 REQUIRED = object()
+
+#: Why a remote unit is not available here.
+REMOTE_REASON = (
+    "remote target: it runs on the board, not here; its measurements come from a profiling "
+    "kit's results (partuner profile MODEL --import RESULTS)"
+)
 
 
 class Runner(abc.ABC):
@@ -105,8 +113,28 @@ class Unit(abc.ABC):
         self.cores: tuple[int, ...] | None = _parse_cores(opts.pop("cores", None))
         self.ops: frozenset[str] | None = _parse_ops(opts.pop("ops", None))
         self.memory_mb: float | None = _parse_memory(opts.pop("memory_mb", None))
+        #: ``None`` (runs here), or ``{}`` / ``{"fingerprint": FP}`` for a remote target
+        self.remote: dict[str, str] | None = _parse_remote(opts.pop("remote", None))
+        if self.remote is not None and self.modeled:
+            raise UnitError("option 'remote' does not apply to a modeled unit (nothing to measure)")
         self.precision: str = "f32"
         self.options: dict[str, Any] = self._configure(opts)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A remote unit is never available here, whatever its backend says."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("availability")
+        if own is None or getattr(own, "_remote_aware", False):
+            return
+
+        @functools.wraps(own)
+        def availability(self: Unit) -> tuple[bool, str]:
+            if self.remote is not None:
+                return False, REMOTE_REASON
+            return own(self)
+
+        availability._remote_aware = True  # type: ignore[attr-defined]
+        cls.availability = availability  # type: ignore[method-assign]
 
     # -- subclass hooks ---------------------------------------------------------------------
 
@@ -181,7 +209,11 @@ class Unit(abc.ABC):
     def fingerprint(self) -> str:
         """Identify what this unit's measurements depend on: backend, its version, the options
         that change speed, precision and host CPU model. Not the name, cores, ops or memory, so
-        identical units share measurements. Form: ``<backend>-<version>-<tag>-<12 hex digits>``."""
+        identical units share measurements. Form: ``<backend>-<version>-<tag>-<12 hex digits>``.
+        A remote unit whose target is known (``remote: {fingerprint: FP}``, or resolved from
+        the imported kit results) gives the target's fingerprint, computed there the same way."""
+        if self.remote and self.remote.get("fingerprint"):
+            return self.remote["fingerprint"]
         fields: dict[str, Any] = {
             "backend": self.backend,
             "version": self.backend_version(),
@@ -207,6 +239,8 @@ class Unit(abc.ABC):
             out["ops"] = sorted(self.ops)
         if self.memory_mb is not None:
             out["memory_mb"] = self.memory_mb
+        if self.remote is not None:
+            out["remote"] = dict(self.remote) if self.remote else True
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -225,6 +259,7 @@ class Unit(abc.ABC):
             "available": ok,
             "reason": reason,
             "host_memory": self.host_memory,
+            "remote": self.remote is not None,
             "fingerprint": self.fingerprint(),
             "spec": self.spec(),
         }
@@ -358,6 +393,22 @@ def _parse_memory(value: object) -> float | None:
     ):
         raise UnitError(f"option 'memory_mb' must be a number of megabytes > 0, got {value!r}")
     return float(value)
+
+
+def _parse_remote(value: object) -> dict[str, str] | None:
+    if value is None or value is False:
+        return None
+    if value is True:
+        return {}
+    if isinstance(value, Mapping):
+        extra = [k for k in value if k != "fingerprint"]
+        fp = value.get("fingerprint")
+        if not extra and isinstance(fp, str) and re.fullmatch(r"[A-Za-z0-9._-]+", fp):
+            return {"fingerprint": fp}
+    raise UnitError(
+        f"option 'remote' must be true, false or {{fingerprint: FP}} (FP as `partuner profile "
+        f"--import` prints it), got {value!r}"
+    )
 
 
 def _jsonable(value: object) -> object:

@@ -24,6 +24,8 @@ The units file
   taken from the default link. A transfer of ``n`` bytes costs
   ``latency_us + n / (gbps * 1e3)`` µs; within one unit it costs nothing.
 * Without ``links.default`` the default link is :data:`DEFAULT_LINK`.
+* A unit declaring ``cores`` this machine cannot use gets a logged warning (not an error);
+  ``remote: true`` units (another machine's, measured by a profiling kit) are exempt.
 
 Every problem raises :class:`~partuner.errors.UnitsFileError` with one line naming the file, the
 problem and the fix.
@@ -301,6 +303,7 @@ def _from_mapping(data: object, source: str) -> UnitSet:
     if not isinstance(spec, Mapping):
         raise fail(f"'units' must map unit names to their settings, got {type(spec).__name__}")
     units = [_build_unit(name, entry, fail) for name, entry in spec.items()]
+    _warn_missing_cores(units, source)
     names = [u.name for u in units]
     default_link = DEFAULT_LINK
     links: dict[frozenset[str], Link] = {}
@@ -323,8 +326,24 @@ def _from_mapping(data: object, source: str) -> UnitSet:
     )
 
 
+def _warn_missing_cores(units: list[Unit], source: str) -> None:
+    """Log a warning for each local unit that declares cores this machine cannot use."""
+    usable = _usable_cores()
+    for unit in units:
+        lacking = [c for c in unit.cores or () if c not in usable]
+        if lacking and unit.remote is None:
+            log.warning(
+                "%s: unit %r declares cores %s that this machine lacks (its usable cores: %s); "
+                "fix 'cores' or mark the unit 'remote: true' if it is another machine's",
+                source,
+                unit.name,
+                lacking,
+                usable,
+            )
+
+
 def _build_unit(name: object, entry: object, fail: Any) -> Unit:
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise fail(
             f"bad unit name {name!r}: use letters, digits, '_', '.' and '-' (e.g. cpu0, npu-1)"
         )
