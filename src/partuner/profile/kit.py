@@ -181,8 +181,10 @@ class KitImport:
 
 def _measurement(row: list) -> Measurement:
     med, p10, p90, count, status, detail = row
+    if status == "failed":  # timing failed on the board: not a verdict, the next kit times it
+        return Measurement(math.inf, math.inf, math.inf, 0, "failed", str(detail))
     if status != "ok" or med is None:
-        return Measurement(math.inf, math.inf, math.inf, 0, "unsupported", str(detail))
+        return Measurement(math.inf, math.inf, math.inf, 0, "unsupported", f"refused: {detail}")
     times = [float(med), float(p10), float(p90)]
     if not all(math.isfinite(t) and t >= 0 for t in times):
         raise ValueError(f"a time of {times} is not a finite number >= 0")

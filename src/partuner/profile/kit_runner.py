@@ -214,6 +214,10 @@ def feeds_for(inputs: dict, seed: int = 0) -> dict:
     return out
 
 
+#: markers of a backend's refusal (the same as partuner.profile.measure's; this file runs alone)
+REFUSALS = ("No conversion rule found", "OpConversionFailure", "NOT_IMPLEMENTED")
+
+
 def run_item(backend: Backend, kit: Path, item: dict, budget_s: float) -> list:
     """``[median, p10, p90, count, status, detail]`` of one item on one unit."""
     try:
@@ -229,7 +233,11 @@ def run_item(backend: Backend, kit: Path, item: dict, budget_s: float) -> list:
     except Exception as exc:  # a rejected sub-model is data
         text = str(exc).strip().splitlines()
         why = f"{type(exc).__name__}: {text[0][:200] if text else ''}"
-        return [None, None, None, 0, "unsupported", why]
+        # The backend refusing the item is final; anything else (a crash, a timeout) is a
+        # failure that a later run of the kit may not repeat (partuner.profile.measure.refusal).
+        refused = isinstance(exc, NotImplementedError) or type(exc).__name__ == "NotImplemented"
+        refused = refused or any(m in str(exc) for m in REFUSALS)
+        return [None, None, None, 0, "unsupported" if refused else "failed", why]
 
 
 def main(argv: list | None = None) -> int:
