@@ -41,6 +41,7 @@ __all__ = [
     "make_plan",
     "plan_file",
     "plan_from_file",
+    "proven_lower_bound",
     "check_plan_model",
     "reference_outputs",
     "measure_session",
@@ -149,6 +150,14 @@ def make_plan(
     best.solve_s = time.perf_counter() - t0  # type: ignore[attr-defined]
     plans["auto"] = best
     return best, plans
+
+
+def proven_lower_bound(problem: Problem, plans: Mapping[str, Plan]) -> float:
+    """The best lower bound on any plan's predicted latency for ``problem``: its own bound and
+    every bound the schedulers of ``plans`` proved. The one figure ``plan`` and ``tune`` print
+    and write to the plan file."""
+    bounds = [p.lower_bound_us or 0.0 for p in plans.values()]
+    return max([problem_lower_bound(problem, partitions=True), *bounds])
 
 
 def plan_file(plan: Plan, graph: ModelGraph, units: UnitSet) -> PlanFile:
@@ -329,6 +338,7 @@ def tune(
     problem.validate()
     say("planning")
     plan, plans = make_plan(problem, scheduler, time_limit=time_limit)
+    lb = plan.lower_bound_us = proven_lower_bound(problem, plans)
     pf = plan_file(plan, graph, units)
     say("exporting")
     outdir = Path(outdir)
@@ -375,12 +385,12 @@ def tune(
             f"{outdir} holds the single-unit plan instead"
         )
         plan, measured = single, single_measured
+        plan.lower_bound_us = lb
         check = check_outputs(ref, single_out, [units[single_unit].precision])
         export_plan(graph, plan_file(plan, graph, units), outdir)
     say("running plain onnxruntime")
     ort_all = measure_whole(graph, feeds, os.cpu_count() or 1, repeat)
     files = sorted(str(p.relative_to(outdir)) for p in outdir.rglob("*") if p.is_file())
-    lb = problem_lower_bound(problem, partitions=True)
     return TuneResult(
         plan,
         plans,

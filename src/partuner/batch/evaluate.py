@@ -93,6 +93,23 @@ class BatchResult:
     def modeled(self) -> bool:
         return self.run.modeled
 
+    def loses_to_single(self) -> str | None:
+        """One line when the exact split measured slower than the best single unit alone on
+        the whole batch (None otherwise, or when a modeled unit makes the times emulated)."""
+        best = self.best_single()
+        run = self.run
+        if best is None or run.modeled or best[1]["modeled"]:
+            return None
+        if [u for u, b in run.split.sizes.items() if b > 0] == [best[0]]:
+            return None  # the split is that unit alone
+        split_ms, alone_ms = run.stats.median_us / 1e3, float(best[1]["median_ms"])
+        if split_ms <= alone_ms:
+            return None
+        return (
+            f"the split loses to one unit: {split_ms:.3f} ms, {split_ms / alone_ms - 1:.0%} "
+            f"slower than {best[0]} alone on the whole batch ({alone_ms:.3f} ms); run it there"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         run = self.run
         best = self.best_single()
@@ -108,6 +125,8 @@ class BatchResult:
             "unit_measured_ms": {u: t / 1e3 for u, t in run.stats.unit_us.items()},
             "check": run.check.to_dict(),
             "modeled": run.modeled,
+            "timing": "emulated on the host" if run.modeled else "measured",
+            "loses_to_single": self.loses_to_single(),
             "unit_throughput": {u: a["throughput"] for u, a in self.alone.items()},
             "unit_alone": self.alone,
             "physical_limit": self.physical_limit,

@@ -51,6 +51,7 @@ class HybridRun:
             "throughput": self.throughput,
             "check": self.check.to_dict(),
             "modeled": self.modeled,
+            "timing": "emulated on the host" if self.modeled else "measured",
         }
 
 

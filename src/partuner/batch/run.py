@@ -147,6 +147,7 @@ class SplitRun:
             "throughput": self.throughput,
             "check": self.check.to_dict(),
             "modeled": self.modeled,
+            "timing": "emulated on the host" if self.modeled else "measured",
         }
 
 
@@ -254,6 +255,7 @@ def unit_throughput(
                 "median_ms": us / 1e3,
                 "throughput": b / (us / 1e6),
                 "modeled": units[name].modeled,
+                "timing": "modeled" if units[name].modeled else "measured",
             }
     finally:
         if runners is None:

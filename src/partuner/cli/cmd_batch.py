@@ -10,10 +10,10 @@ from rich.table import Table
 
 from partuner.cli import main
 from partuner.cli.common import (
+    StageLines,
     console,
     db_option,
     emit_json,
-    err_console,
     handle_errors,
     input_shape_option,
     json_option,
@@ -82,14 +82,11 @@ def batch_cmd(
     us = load_units_cli(units_file)
     quiet = quiet or as_json
 
-    def say(msg: str) -> None:
-        if not quiet and sys.stderr.isatty():
-            err_console.print(f"[dim]... {msg}[/dim]")
-
-    with ProfileStore(db) as store:
+    # progress on a terminal only: a run that fails after profiling keeps its one-line error
+    with ProfileStore(db) as store, StageLines(quiet or not sys.stderr.isatty()) as say:
         if table:
             prof = profile_batches(bm, us, batch or TABLE_BATCH, store=store)
-            _warn(prof.notes(), as_json)
+            _warn(prof.notes(), quiet)
             if as_json:
                 emit_json(prof.to_dict())
             else:
@@ -97,7 +94,7 @@ def batch_cmd(
             return
         assert batch is not None
         r = evaluate_batch(bm, us, batch, store=store, repeat=repeat, hybrid=hybrid, progress=say)
-    _warn(r.notes, as_json)
+    _warn(r.notes, quiet)
     result = r.to_dict()
     if as_json:
         emit_json(result)
@@ -123,14 +120,21 @@ def _load(model: str, input_shapes: tuple[str, ...]) -> Any:
     return BatchModel(proto, model, shapes)
 
 
-def _warn(notes: list[str], as_json: bool) -> None:
-    if not as_json:
+def _warn(notes: list[str], quiet: bool) -> None:
+    if not quiet:
         for note in notes:
             click.echo(f"partuner: warning: {note}", err=True)
 
 
 def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f} ms"
+
+
+def _timed(r: dict[str, Any], ms: float | None = None) -> str:
+    """A run's time, labelled when a modeled unit makes it the host's emulation or a model."""
+    text = _ms(r["measured_ms"] if ms is None else ms)
+    timing = r.get("timing", "measured")
+    return text if timing == "measured" else f"{text} ({timing})"
 
 
 def _sizes(split: dict[str, int]) -> str:
@@ -148,15 +152,13 @@ def _print_result(res: dict[str, Any]) -> None:
     for c in ("configuration", "split", "predicted", "measured", "throughput"):
         t.add_column(c, justify="left" if c in ("configuration", "split") else "right")
 
-    rows: list[tuple[str, str, float | None, float | None, float]] = []
+    rows: list[tuple[str, str, float | None, str, float]] = []
     for what, r in (
         ("exact split", res),
         ("greedy split (seed)", b["greedy"]),
         ("even split", b["even"]),
     ):
-        rows.append(
-            (what, _sizes(r["split"]), r["predicted_ms"], r["measured_ms"], r["throughput"])
-        )
+        rows.append((what, _sizes(r["split"]), r["predicted_ms"], _timed(r), r["throughput"]))
     s = b["best_single"]
     if s is not None:
         rows.append(
@@ -164,7 +166,7 @@ def _print_result(res: dict[str, Any]) -> None:
                 f"best single unit ({s['unit']})",
                 f"{s['unit']}:{res['batch']}",
                 s["predicted_ms"],
-                s["measured_ms"],
+                _timed(res["unit_alone"][s["unit"]], s["measured_ms"]),
                 s["throughput"],
             )
         )
@@ -175,13 +177,15 @@ def _print_result(res: dict[str, Any]) -> None:
                 f"hybrid: op-level plan ({h['scheduler']}, {h['partitions']} partitions)",
                 "+".join(h["units"]),
                 h["predicted_ms"],
-                h["measured_ms"],
+                _timed(h),
                 h["throughput"],
             )
         )
     for what, split, pred, meas, tp in rows:
-        t.add_row(what, split, _ms(pred), _ms(meas), f"{tp:,.1f} items/s")
+        t.add_row(what, split, _ms(pred), meas, f"{tp:,.1f} items/s")
     console.print(t)
+    if res.get("loses_to_single"):
+        console.print(res["loses_to_single"])
     alone = ", ".join(f"{u} {tp:,.1f}" for u, tp in res["unit_throughput"].items())
     eff = res["efficiency"]
     console.print(
@@ -193,8 +197,8 @@ def _print_result(res: dict[str, Any]) -> None:
         console.print(f"best candidate: {res['best']}")
     if res["modeled"]:
         console.print(
-            "[yellow]a modeled unit takes part: its times are predicted; the measured time is "
-            "the host's emulation[/yellow]"
+            "[yellow]a modeled unit takes part: its times are predicted; the split's time is "
+            "the host's emulation, not a measurement[/yellow]"
         )
     c = res["check"]
     verdict = "[green]passed[/green]" if c["passed"] else "[red]FAILED[/red]"

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from partuner.cli import main
 from partuner.cli.common import (
+    StageLines,
     console,
     db_option,
     emit_json,
@@ -86,8 +87,8 @@ def plan_cmd(
     """Profile MODEL on the units (reusing the store), plan it, and print the plan."""
     from partuner.errors import PartunerError
     from partuner.export import atomic_write, plan_to_dict, write_plan
-    from partuner.pipeline import build_problem, make_plan
-    from partuner.plan import Problem, critical_path_bound, get_scheduler, lower_bound
+    from partuner.pipeline import build_problem, make_plan, proven_lower_bound
+    from partuner.plan import Problem, critical_path_bound, get_scheduler
     from partuner.plan.auto import Auto  # noqa: F401  (registers "auto" and "exact")
 
     if model is None and load_problem is None:
@@ -106,12 +107,13 @@ def plan_cmd(
     problem.validate()
     if dump_problem:
         atomic_write(dump_problem, problem.to_json())
-    plan, plans = make_plan(problem, "auto" if compare else scheduler, time_limit=time_limit)
-    if compare and scheduler != "auto":
-        plan = plans.get(scheduler) or make_plan(problem, scheduler, time_limit=time_limit)[0]
-    lb = max(
-        [lower_bound(problem, partitions=True)] + [p.lower_bound_us or 0.0 for p in plans.values()]
-    )
+    with StageLines(quiet or as_json) as stage:
+        stage("planning")
+        plan, plans = make_plan(problem, "auto" if compare else scheduler, time_limit=time_limit)
+        if compare and scheduler != "auto":
+            plan = plans.get(scheduler) or make_plan(problem, scheduler, time_limit=time_limit)[0]
+    # one figure: printed, in the JSON and in the plan file
+    lb = plan.lower_bound_us = proven_lower_bound(problem, plans)
     cp = critical_path_bound(problem)
     pf = _plan_file(plan, problem, g, us)
     if output:
@@ -253,6 +255,7 @@ def _explain(problem: Any, plan: Any) -> list[dict[str, Any]]:
             r.name
             for r in parts
             if alt is not None
+            and r is not p  # a partition does not keep a unit busy from itself
             and r.unit in problem.conflicts(alt)
             and r.start_us < p.end_us
             and p.start_us < r.end_us

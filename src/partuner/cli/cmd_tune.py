@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
 
 from partuner.cli import main
 from partuner.cli.common import (
+    StageLines,
     console,
     db_option,
     emit_json,
@@ -87,26 +89,23 @@ def tune_cmd(
     quiet = quiet or as_json
     prof = profile_cli(g, us, db, quiet, skip_unavailable, fuse=fuse, fuse_max=fuse_max)
 
-    def say(msg: str) -> None:
-        if not quiet:
-            console.print(f"[dim]... {msg}[/dim]")
-
-    r = tune(
-        g,
-        us,
-        prof,
-        outdir,
-        scheduler=scheduler,
-        repeat=repeat,
-        progress=say,
-        time_limit=time_limit,
-        corrections=corrections_cli(g, us, db),
-    )
+    with StageLines(quiet) as stage:
+        r = tune(
+            g,
+            us,
+            prof,
+            outdir,
+            scheduler=scheduler,
+            repeat=repeat,
+            progress=stage,
+            time_limit=time_limit,
+            corrections=corrections_cli(g, us, db),
+        )
     plan = r.plan
+    summary = _verdict(r, repeat)
     rows = [
         {
-            "what": f"partuner plan ({plan.scheduler}, {len(plan.partitions)} partitions on "
-            f"{len(plan.units)} unit(s))",
+            "what": f"partuner plan ({_plan_label(plan)})",
             "predicted_ms": plan.predicted_us / 1e3,
             "measured_ms": None if r.measured is None else r.measured.median_ms,
             "p90_ms": None if r.measured is None else r.measured.p90_ms,
@@ -147,6 +146,7 @@ def tune_cmd(
         },
         "check": r.check.to_dict(),
         "note": r.note or None,
+        "verdict": summary,
         "outdir": str(r.outdir),
         "files": r.files,
     }
@@ -188,8 +188,34 @@ def tune_cmd(
         console.print(
             f"files in {r.outdir}/: {', '.join(r.files[:4])}{' ...' if len(r.files) > 4 else ''}"
         )
+        console.print(f"[bold]{summary}[/bold]")
     if not r.check.passed:
         raise SystemExit(1)
+
+
+def _plan_label(plan: Any) -> str:
+    """``pexact: 3 partitions on cpu0+npu``."""
+    n = len(plan.partitions)
+    used = "+".join(u for u in plan.units if any(p.unit == u for p in plan.partitions))
+    return f"{plan.scheduler}: {n} partition{'' if n == 1 else 's'} on {used or '-'}"
+
+
+def _verdict(r: Any, repeat: int) -> str:
+    """One line: how the kept plan compares with plain onnxruntime on all cores."""
+    ort = f"plain onnxruntime on {_cores()} threads"
+    ort_ms = r.ort_all_cores.median_ms
+    kept = ""
+    if len(r.plan.partitions) == 1:
+        how = "when measured" if r.note else "in the prediction"
+        kept = f"no plan beat the whole model on {r.plan.partitions[0].unit} ({how}); kept that: "
+    if r.measured is None:  # a modeled unit: nothing to measure here
+        return (
+            f"{kept}predicted {r.plan.predicted_us / 1e3:.3f} ms on modeled units (not "
+            f"measured); {ort} measured {ort_ms:.3f} ms"
+        )
+    ratio = ort_ms / r.measured.median_ms
+    how = f"{ratio:.2f}x faster than" if ratio >= 1 else f"{1 / ratio:.2f}x slower than"
+    return f"{kept}{how} {ort} (measured, median of {repeat})"
 
 
 def _fmt(ms: float | None) -> str:

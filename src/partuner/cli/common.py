@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +29,7 @@ __all__ = [
     "model_argument",
     "progress_bar",
     "quiet_option",
+    "StageLines",
     "units_option",
     "db_option",
     "emit_json",
@@ -99,7 +101,22 @@ def json_option(fn: F) -> F:
 
 
 def quiet_option(fn: F) -> F:
-    return click.option("--quiet", "-q", is_flag=True, help="No progress bar.")(fn)
+    """``--quiet``/``-q``; with it or ``--json``, stderr carries errors only (no progress, and
+    the library's warnings are held back unless ``-v`` asked for more)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        log = logging.getLogger("partuner")
+        level = log.level
+        if (kwargs.get("quiet") or kwargs.get("as_json")) and log.getEffectiveLevel() >= 30:
+            log.setLevel(logging.ERROR)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            log.setLevel(level)
+
+    text = "No progress or warnings on stderr (errors only)."
+    return click.option("--quiet", "-q", is_flag=True, help=text)(wrapper)  # type: ignore[return-value]
 
 
 def db_option(fn: F) -> F:
@@ -157,11 +174,78 @@ def load_graph(model: str, input_shapes: tuple[str, ...] = ()) -> Any:
     return load_model(model, shapes)
 
 
+class StageLines(logging.Filter):
+    """Progress as one line per stage on stderr, e.g. ``planning ... 0.4 s``: the stage's name
+    when it starts, its elapsed seconds when the next one starts or :meth:`end` is called.
+    Silent when ``quiet``. A log record met meanwhile ends the line first, and the stage's line
+    is then written whole when it ends. As a context manager it ends the last stage (an error
+    ends the line without a time, so that the error gets a line of its own)."""
+
+    def __init__(self, quiet: bool) -> None:
+        super().__init__()
+        self.quiet = quiet
+        self.label = ""  # the current stage
+        self._t0: float | None = None
+        self._broken = False  # something else was written after the stage's name
+
+    def __call__(self, label: str) -> None:
+        self.end()
+        if not self.quiet:
+            self._write(f"{label} ...")
+            self.label, self._t0, self._broken = label, time.perf_counter(), False
+            for h in self._handlers():
+                h.addFilter(self)
+
+    def end(self, failed: bool = False) -> None:
+        if self._t0 is None:
+            return
+        for h in self._handlers():
+            h.removeFilter(self)
+        took = f" {time.perf_counter() - self._t0:.1f} s"
+        if failed:
+            self._write("" if self._broken else "\n")
+        else:
+            self._write(f"{self.label} ...{took}\n" if self._broken else f"{took}\n")
+        self._t0 = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self._t0 is not None and not self._broken:
+            self._write("\n")
+            self._broken = True
+        return True
+
+    @staticmethod
+    def _handlers() -> list[logging.Handler]:
+        last = [logging.lastResort] if logging.lastResort is not None else []
+        return [*logging.getLogger().handlers, *last]
+
+    @staticmethod
+    def _write(text: str) -> None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+    def __enter__(self) -> StageLines:
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self.end(failed=exc_type is not None)
+
+
 @contextmanager
 def progress_bar(label: str, quiet: bool) -> Iterator[Callable[[int, int, str], None] | None]:
-    """A rich progress bar with ETA on stderr; nothing when quiet or not a terminal."""
+    """A rich progress bar with ETA on stderr; when stderr is not a terminal, one line
+    (``label ... 1.2 s``, :class:`StageLines`) from the first progress made; nothing when
+    quiet."""
     if quiet or not sys.stderr.isatty():
-        yield None
+        # the line starts with the first item of work left (none on a bad input, nor when
+        # there is nothing to time, e.g. modeled units only)
+        with StageLines(quiet) as stage:
+
+            def first(done: int, total: int, what: str) -> None:
+                if done < total and stage.label != label:
+                    stage(label)
+
+            yield None if quiet else first
         return
     from rich.progress import (
         BarColumn,

@@ -1,4 +1,9 @@
-"""Compare a plan's outputs with the unpartitioned model's, with a rule set by unit precision."""
+"""Compare a plan's outputs with the unpartitioned model's, with a rule set by unit precision.
+
+A reference that is not finite (the whole model itself gives NaN or Inf) is compared position by
+position: the outputs must be NaN exactly where it is NaN and the same infinity where it is
+infinite, and agree elsewhere under the rule.
+"""
 
 from __future__ import annotations
 
@@ -40,8 +45,9 @@ class OutputCheck:
     max_abs: float
     max_rel: float  # max |diff| / max |ref|
     cosine: float
-    top1_agree: float | None  # fraction of rows whose argmax agrees (None for scalars)
+    top1_agree: float | None  # fraction of finite rows whose argmax agrees (None: no such rows)
     passed: bool
+    nonfinite_ref: int = 0  # NaN/Inf values in the reference (compared by position)
 
 
 @dataclass
@@ -84,6 +90,10 @@ def check_outputs(
     True
     >>> check_outputs(ref, {"y": ref["y"][:, ::-1].copy()}).passed
     False
+    >>> nan = {"y": np.array([[np.nan, 1.0, 2.0]], dtype=np.float32)}
+    >>> r = check_outputs(nan, {"y": nan["y"].copy()})
+    >>> r.passed, r.rule.startswith("reference not finite")
+    (True, True)
     """
     precision, rule = tolerance_for(precisions)
     text = (
@@ -109,16 +119,40 @@ def check_outputs(
                 )
             )
             continue
-        diff = np.abs(out.astype(np.float64) - ref.astype(np.float64))
-        max_abs = float(diff.max()) if diff.size else 0.0
-        scale = float(np.abs(ref).max()) if ref.size else 0.0
-        max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
-        cos = _cosine(ref, out)
-        top1 = None
-        if ref.ndim >= 2 and ref.shape[-1] > 1:
-            r = ref.reshape(-1, ref.shape[-1]).argmax(-1)
-            o = out.reshape(-1, out.shape[-1]).argmax(-1)
-            top1 = float((r == o).mean())
-        ok = max_abs <= rule["atol"] + rule["rtol"] * scale and cos >= rule["min_cosine"]
-        checks.append(OutputCheck(name, max_abs, max_rel, cos, top1, bool(ok)))
+        checks.append(_compare_float(name, ref, out, rule))
+    bad = {c.name: c.nonfinite_ref for c in checks if c.nonfinite_ref}
+    if bad:
+        where = ", ".join(f"{n}: {k}" for n, k in bad.items())
+        text = (
+            f"reference not finite (NaN/Inf values: {where}): NaN/Inf must sit at the same "
+            f"positions, elsewhere {text}"
+        )
     return CheckResult(all(c.passed for c in checks), precision, text, checks)
+
+
+def _compare_float(
+    name: str, ref: np.ndarray, out: np.ndarray, rule: Mapping[str, float]
+) -> OutputCheck:
+    """One float output: NaN/Inf positions first, then the rule on the finite values."""
+    finite = np.isfinite(ref)
+    nonfinite = int(ref.size - np.count_nonzero(finite))
+    same_nan = np.array_equal(np.isnan(ref), np.isnan(out))
+    inf = np.isinf(ref)
+    same_inf = np.array_equal(inf, np.isinf(out)) and np.array_equal(ref[inf], out[inf])
+    if not (same_nan and same_inf):  # also: out not finite where ref is
+        return OutputCheck(name, float("inf"), float("inf"), 0.0, None, False, nonfinite)
+    r64, o64 = ref[finite].astype(np.float64), out[finite].astype(np.float64)
+    diff = np.abs(o64 - r64)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    scale = float(np.abs(r64).max()) if r64.size else 0.0
+    max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
+    cos = _cosine(r64, o64)
+    top1 = None
+    if ref.ndim >= 2 and ref.shape[-1] > 1:
+        rows = finite.reshape(-1, ref.shape[-1]).all(-1)  # argmax means nothing with a NaN
+        if rows.any():
+            r = ref.reshape(-1, ref.shape[-1])[rows].argmax(-1)
+            o = out.reshape(-1, out.shape[-1])[rows].argmax(-1)
+            top1 = float((r == o).mean())
+    ok = max_abs <= rule["atol"] + rule["rtol"] * scale and cos >= rule["min_cosine"]
+    return OutputCheck(name, max_abs, max_rel, cos, top1, bool(ok), nonfinite)
