@@ -9,10 +9,10 @@ from :func:`partuner.plan.region_model.solve_region`; the plan is what the simul
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Hashable, Mapping, Sequence
 
 from partuner.errors import PartunerError
+from partuner.plan.clock import MOVE_S_PER_NODE, WorkClock
 from partuner.plan.decompose import Region
 from partuner.plan.partitions import Partition, run_order, simulate
 from partuner.plan.problem import Problem
@@ -53,12 +53,16 @@ def assemble(
 
 
 def merge_partitions(
-    problem: Problem, parts: Sequence[tuple[str, Sequence[str]]], deadline: float = math.inf
+    problem: Problem,
+    parts: Sequence[tuple[str, Sequence[str]]],
+    deadline: float = math.inf,
+    clock: WorkClock | None = None,
 ) -> list[tuple[str, list[str]]]:
     """Merge each partition into the one its unit runs before it wherever the predicted
     latency does not grow (the model does not charge a call's overhead as busy time, so its
     plans may cut a unit's work more often than it pays), until no merge is left or
-    ``deadline`` (:func:`time.monotonic`) passes.
+    ``deadline`` passes on ``clock`` (:mod:`partuner.plan.clock`: each simulation charged
+    :data:`~partuner.plan.clock.MOVE_S_PER_NODE` per node; none: no deadline).
 
     Raises
     ------
@@ -66,19 +70,22 @@ def merge_partitions(
         ``parts`` cannot run in this order.
     """
     out = [(u, list(ns)) for u, ns in parts]
+    clock = WorkClock.of(clock, math.inf)
+    grace = 0.1 * clock.limit_s  # merging may overrun the wall-clock cap by a tenth
 
     def latency(cand: list[tuple[str, list[str]]]) -> float:
+        clock.spend(MOVE_S_PER_NODE * len(problem.nodes))
         return simulate(
             problem, [Partition(f"p{i}", u, tuple(ns)) for i, (u, ns) in enumerate(cand)]
         ).makespan_us
 
     best = latency(out)
     merged = True
-    while merged and time.monotonic() < deadline:  # passes until one merges nothing
+    while merged and not clock.expired(deadline, grace):  # passes until one merges nothing
         merged = False
         last: dict[str, int] = {}  # per unit, the position of its latest partition so far
         j = 0
-        while j < len(out) and time.monotonic() < deadline:
+        while j < len(out) and not clock.expired(deadline, grace):
             unit = out[j][0]
             i = last.get(unit)
             if i is not None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from partuner.errors import InfeasiblePlanError, PartunerError
+from partuner.plan.clock import MOVE_S_PER_NODE, WorkClock
 from partuner.plan.common import lower_bound
 from partuner.plan.exact import (
     Exact,
@@ -109,27 +110,32 @@ def _moves(
     return out
 
 
-def improve(problem: Problem, start: Run, deadline: float, name: str) -> Run:
+def improve(
+    problem: Problem, start: Run, deadline: float, name: str, clock: WorkClock | None = None
+) -> Run:
     """Hill-climb from ``start`` by partition simulation until no move helps or ``deadline``
-    (a :func:`time.monotonic` time) passes; the result is never worse than ``start``.
+    passes on ``clock`` (:mod:`partuner.plan.clock`; each move evaluated costs
+    :data:`~partuner.plan.clock.MOVE_S_PER_NODE` per node; none: no deadline); the result is
+    never worse than ``start``.
 
     Each move (a partition or a chain of nodes to another unit, or a boundary node to a
     neighbouring partition's unit) is list-scheduled in the current schedule's node order and
     simulated; the first move that lowers the predicted latency is kept. Moves that would
     overfill a unit's memory are skipped.
     """
-    t0 = time.monotonic()
+    t0 = time.perf_counter()
+    clock = WorkClock.of(clock, math.inf)
     best = start
     assignment = dict(start.schedule.assignment)
     seen = {tuple(assignment[n] for n in problem.nodes)}
     chains = _chains(problem)
     limited = problem.memory_limited
     improved = True
-    while improved and time.monotonic() < deadline:
+    while improved and not clock.expired(deadline):
         improved = False
         order = schedule_order(problem, best.schedule)
         for move in _moves(problem, best.plan, assignment, chains):
-            if time.monotonic() >= deadline:
+            if clock.expired(deadline):
                 break
             cand = {**assignment, **move}
             key = tuple(cand[n] for n in problem.nodes)
@@ -138,10 +144,11 @@ def improve(problem: Problem, start: Run, deadline: float, name: str) -> Run:
             seen.add(key)
             if limited and overflow(problem, cand) is not None:
                 continue
+            clock.spend(MOVE_S_PER_NODE * len(problem.nodes))
             s = list_schedule(problem, cand, order, name)
             plan = plan_from_schedule(problem, s)
             if plan.predicted_us < best.plan.predicted_us * (1 - _REL) - 1e-12:
-                best = Run(s, plan, start.solve_s + time.monotonic() - t0)
+                best = Run(s, plan, start.solve_s + time.perf_counter() - t0)
                 assignment = cand
                 improved = True
                 break
@@ -196,12 +203,13 @@ class Auto(Scheduler):
     def schedule(self, problem: Problem, *, time_limit: float | None = None) -> Schedule:
         problem.validate()
         budget = DEFAULT_TIME_LIMIT_S if time_limit is None else max(0.0, time_limit)
-        deadline = time.monotonic() + budget
+        clock = WorkClock(budget)  # deterministic work, the wall clock only a cap
+        deadline = clock.now() + budget
         self.runs = {}
         self.errors = {}
         names = heuristic_names()
         for k, name in enumerate(names):
-            share = max(0.0, deadline - time.monotonic()) / (4 * (len(names) - k))
+            share = max(0.0, deadline - clock.now()) / (4 * (len(names) - k))
             self._run(problem, name, partial(get_scheduler(name).schedule, time_limit=share))
         if not self.runs:
             why = next((e for n, e in self.errors.items() if n != "single"), "")
@@ -210,14 +218,14 @@ class Auto(Scheduler):
                 + (f": {why}" if why else "")
             )
         if solver_available():
-            left = max(0.0, deadline - time.monotonic()) * self.exact_share
+            left = max(0.0, deadline - clock.now()) * self.exact_share
             hints = [r.schedule for r in self.runs.values()]
-            exact = Exact(workers=self.workers)
-            self._run(problem, "exact", partial(exact.solve, time_limit=left, hints=hints))
-            left = max(0.0, deadline - time.monotonic()) * self.pexact_share
+            exact = partial(Exact(workers=self.workers).solve, hints=hints, clock=clock)
+            self._run(problem, "exact", partial(exact, time_limit=left))
+            left = max(0.0, deadline - clock.now()) * self.pexact_share
             hints = [r.schedule for r in self.runs.values()]
-            pexact = PartitionExact(workers=self.workers)
-            self._run(problem, "pexact", partial(pexact.solve, time_limit=left, hints=hints))
+            pexact = partial(PartitionExact(workers=self.workers).solve, hints=hints, clock=clock)
+            self._run(problem, "pexact", partial(pexact, time_limit=left))
         else:
             log.info("auto: OR-Tools is not installed; skipping the exact scheduler")
 
@@ -226,10 +234,10 @@ class Auto(Scheduler):
         tried: set[tuple[str, ...]] = set()
         for name, run in ranked[:3]:
             key = tuple(run.schedule.assignment[n] for n in problem.nodes)
-            if key in tried or time.monotonic() >= deadline:
+            if key in tried or clock.expired(deadline):
                 continue
             tried.add(key)
-            got = improve(problem, run, deadline, self.name)
+            got = improve(problem, run, deadline, self.name, clock)
             if got is not run:
                 self.runs[f"{name}+local"] = got
                 if _rank(got) < _rank(best):

@@ -20,10 +20,10 @@ calls.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from partuner.plan.clock import WorkClock
 from partuner.plan.exact import Instance, Solution, cut_retime, solve
 from partuner.plan.problem import Problem
 
@@ -170,16 +170,19 @@ def solve_decomposed(
     workers: int = 1,
     max_region: int = 40,
     seed: int = 0,
+    clock: WorkClock | None = None,
 ) -> Solution:
     """Solve ``problem`` (``cut_us`` delays, as :func:`partuner.plan.exact.solve`) by regions.
 
     ``hints`` are ``(assignment, order)`` pairs of whole schedules, used to warm-start each
     region and as a fallback. The solution's ``status`` is ``"optimal"`` only when every region
     was solved to optimality for every pair of boundary units; ``bound_us`` is a valid lower
-    bound on the whole problem's optimum in any case.
+    bound on the whole problem's optimum in any case. ``time_limit`` is seconds of work on
+    ``clock`` (:mod:`partuner.plan.clock`; a new one when None).
     """
     whole = Instance.of(problem)
-    deadline = time.monotonic() + max(0.0, time_limit)
+    clock = WorkClock.of(clock, time_limit)
+    deadline = clock.now() + max(0.0, time_limit)
     parts = regions(problem, max_region)
     jobs = [
         (k, a, b)
@@ -200,6 +203,7 @@ def solve_decomposed(
             tick_us=tick_us,
             workers=workers,
             seed=seed,
+            clock=clock,
         )
         if old is not None:  # keep the better schedule and the better bound
             if old.makespan_us <= sol.makespan_us:
@@ -211,13 +215,13 @@ def solve_decomposed(
     weight = {job: len(parts[job[0]].nodes) for job in jobs}
     left_weight = sum(weight.values())
     for job in jobs:
-        left = max(0.0, deadline - time.monotonic())
+        left = max(0.0, deadline - clock.now())
         run(job, left * weight[job] / max(1, left_weight))
         left_weight -= weight[job]
     open_jobs = [job for job in jobs if done[job].status != "optimal"]
     for k, job in enumerate(open_jobs):
-        left = deadline - time.monotonic()
-        if left <= 0.01:
+        left = deadline - clock.now()
+        if left <= 0.01 or clock.hit_cap():
             break
         run(job, left / (len(open_jobs) - k))
     proven = all(sol.status == "optimal" for sol in done.values())

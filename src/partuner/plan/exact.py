@@ -56,12 +56,12 @@ from __future__ import annotations
 import logging
 import math
 import os
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from partuner.errors import InfeasiblePlanError, PartunerError
+from partuner.plan.clock import WorkClock
 from partuner.plan.common import lower_bound
 from partuner.plan.problem import Problem
 from partuner.plan.registry import Scheduler, get_scheduler, register, scheduler_names
@@ -249,8 +249,9 @@ def solve(
     tick_us: float = TICK_US,
     workers: int = 1,
     seed: int = 0,
+    clock: WorkClock | None = None,
 ) -> Solution:
-    """Minimise the makespan of ``inst`` with CP-SAT, within about ``time_limit`` seconds.
+    """Minimise the makespan of ``inst`` with CP-SAT in ``time_limit`` s of work on ``clock``.
 
     ``hints`` are ``(assignment, order)`` pairs (e.g. heuristic schedules; every node on its
     cheapest unit, in ``inst.nodes`` order, is always one more). The one with the smallest
@@ -267,6 +268,7 @@ def solve(
         none exists, or ran out of time).
     """
     cp_model = _cp_model()
+    clock = WorkClock.of(clock, time_limit)
     index = {n: i for i, n in enumerate(inst.nodes)}
     if not inst.nodes:
         return Solution({}, [], "optimal", 0.0, 0.0)
@@ -278,7 +280,7 @@ def solve(
     if not cands:  # no warm start within memory: search from scratch
         if time_limit <= 0:
             raise InfeasiblePlanError("no hint fits the units' memory and no time is left")
-        return _solve_model(inst, None, time_limit, tick_us, workers, seed, cp_model, index)
+        return _solve_model(inst, None, time_limit, tick_us, workers, seed, cp_model, index, clock)
     best_a, best_o = min(
         cands, key=lambda c: _makespan(cut_retime(inst, c[0], c[1], tick_us=tick_us))
     )
@@ -286,7 +288,7 @@ def solve(
         span = _makespan(cut_retime(inst, best_a, best_o))
         return Solution(best_a, list(best_o), "feasible", 0.0, span)
     return _solve_model(
-        inst, (best_a, list(best_o)), time_limit, tick_us, workers, seed, cp_model, index
+        inst, (best_a, list(best_o)), time_limit, tick_us, workers, seed, cp_model, index, clock
     )
 
 
@@ -334,6 +336,7 @@ def _solve_model(
     seed: int,
     cp_model: Any,
     index: Mapping[str, int],
+    clock: WorkClock,
 ) -> Solution:
     """Build and solve the CP-SAT model of ``inst``, warm-started from ``hint`` if given."""
     best_a, best_o = hint if hint is not None else ({}, [])
@@ -393,11 +396,7 @@ def _solve_model(
             m.add_hint(end[n], int(hint_ticks[n][1]))
         m.add_hint(span, horizon)
 
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit
-    solver.parameters.num_workers = max(1, workers)
-    solver.parameters.random_seed = seed
-    code = solver.solve(m)
+    code = clock.solve(solver := clock.solver(cp_model, time_limit, workers, seed), m)
     slack = len(inst.nodes) * _EPS_TICKS * tick_us  # float noise the rounding tolerated
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         assignment = {
@@ -560,17 +559,18 @@ class Exact(Scheduler):
         *,
         time_limit: float | None = None,
         hints: Iterable[Schedule] | None = None,
+        clock: WorkClock | None = None,
     ) -> Schedule:
         """Like :meth:`schedule`, warm-starting from ``hints`` (valid schedules) if given,
-        else from every registered heuristic."""
+        else from every registered heuristic; ``clock`` is the caller's, if any."""
         problem.validate()
         _cp_model()  # fail early, naming the extra to install
         budget = DEFAULT_TIME_LIMIT_S if time_limit is None else max(0.0, time_limit)
-        deadline = time.monotonic() + budget
+        deadline = (clock := WorkClock.of(clock, budget)).now() + budget
         if hints is None:
             hints = heuristic_schedules(problem, budget * 0.1).values()
         pairs = [(s.assignment, schedule_order(problem, s)) for s in hints]
-        left = max(0.0, deadline - time.monotonic())
+        left = max(0.0, deadline - clock.now())
         # capacity couples the regions, so a memory-limited problem is solved whole
         if len(problem.nodes) > self.max_nodes and not problem.memory_limited:
             from partuner.plan.decompose import solve_decomposed
@@ -583,6 +583,7 @@ class Exact(Scheduler):
                 workers=self.workers,
                 max_region=self.region_nodes,
                 seed=self.seed,
+                clock=clock,
             )
         else:
             sol = solve(
@@ -592,6 +593,7 @@ class Exact(Scheduler):
                 tick_us=self.tick_us,
                 workers=self.workers,
                 seed=self.seed,
+                clock=clock,
             )
         bound = max(lower_bound(problem), sol.bound_us - group_slack(problem))
         return to_schedule(problem, sol, self.name, sol.status, bound)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +41,7 @@ from partuner.plan.assemble import (
     region_times,
     schedule_of_parts,
 )
+from partuner.plan.clock import WorkClock
 from partuner.plan.common import lower_bound
 from partuner.plan.decompose import regions
 from partuner.plan.exact import _cp_model, group_slack, heuristic_schedules
@@ -89,6 +89,7 @@ def solve_plan(
     max_region: int = DEFAULT_REGION_NODES,
     seed: int = 0,
     upper_us: float = math.inf,
+    clock: WorkClock | None = None,
 ) -> PlanSolution:
     """Solve ``problem`` region by region (see the module docstring) within about
     ``time_limit`` seconds. ``bound_us`` bounds every plan's predicted latency (fused groups
@@ -102,8 +103,10 @@ def solve_plan(
     whose region is small beside the links settle without a solver (:func:`one_unit_bound`),
     and a pair is solved only while some chain through it could still be faster, by the
     bounds, than the best chain of solved regions and than ``upper_us`` (a known plan's
-    latency)."""
-    deadline = time.monotonic() + max(0.0, time_limit)
+    latency). ``time_limit`` is seconds of work on ``clock`` (:mod:`partuner.plan.clock`; a new
+    one when None)."""
+    clock = WorkClock.of(clock, time_limit)
+    deadline = clock.now() + max(0.0, time_limit)
     # the last stage (whole-model re-solves) keeps a share of the time while proofs are open
     proofs_end = deadline - max(0.0, time_limit) * _LAST_SHARE
     parts = regions(problem, max_region)
@@ -136,7 +139,7 @@ def solve_plan(
         tips: Sequence[Mapping[str, str]],
         **model: Any,
     ) -> RegionSolution | None:
-        t0 = time.monotonic()
+        t0 = clock.now()
         sol = solve_region(
             problem,
             parts[k],
@@ -148,6 +151,7 @@ def solve_plan(
             tick_us=tick_us,
             workers=workers,
             seed=seed,
+            clock=clock,
             **model,
         )
         log.debug(
@@ -158,7 +162,7 @@ def solve_plan(
             b or "*",
             " (pairs)" if model.get("pairs") else "",
             f"{sol.status} span {sol.span_us:.1f} bound {sol.bound_us:.1f} us" if sol else "none",
-            time.monotonic() - t0,
+            clock.now() - t0,
             limit,
         )
         return sol
@@ -259,13 +263,13 @@ def solve_plan(
     # what a free solve leaves unused goes to the later ones, the other halves to the pairs
     need = [k for k in range(len(parts)) if any(wanted(j) for j in by_region[k])]
     weight = {k: len(parts[k].nodes) * (0.5 if len(by_region[k]) > 1 else 1.0) for k in need}
-    stage_end = time.monotonic() + max(0.0, proofs_end - time.monotonic()) * sum(
-        weight.values()
-    ) / max(1e-9, sum(len(parts[k].nodes) for k in need))
+    stage_end = clock.now() + max(0.0, proofs_end - clock.now()) * sum(weight.values()) / max(
+        1e-9, sum(len(parts[k].nodes) for k in need)
+    )
     for i, k in enumerate(need):
         if not any(wanted(j) for j in by_region[k]):
             continue
-        left = max(0.0, stage_end - time.monotonic()) * weight[k] / sum(weight[j] for j in need[i:])
+        left = max(0.0, stage_end - clock.now()) * weight[k] / sum(weight[j] for j in need[i:])
         if len(by_region[k]) == 1:  # one pair of boundary units: that pair's solve
             sol = solve(*by_region[k][0], left)
         else:
@@ -317,8 +321,8 @@ def solve_plan(
             # a region far from proven holds the bound of every chain down
             todo.sort(key=gap, reverse=True)
             for i, job in enumerate(todo):
-                left = until - time.monotonic()
-                if left <= 0.01:
+                left = until - clock.now()
+                if left <= 0.01 or clock.hit_cap():
                     break
                 if wanted_job(job):
                     rest = [gap(j) for j in todo[i:] if wanted_job(j)]
@@ -329,7 +333,7 @@ def solve_plan(
                             free[job[0]] = sol
                         settle(job[0], sol, pinned=not is_free(job))
                         fwd, bwd, top = compose()
-                    if time.monotonic() >= until - 0.01:
+                    if clock.expired(until - 0.01):
                         return
 
     def last_stage() -> tuple[Any, Any, Any, dict[Job, float], bool]:
@@ -359,15 +363,15 @@ def solve_plan(
     # Those whose plan simulates above its span or is not proven, most first and longest.
     # Where every region's plan simulates at its span, open proofs keep the time reserved.
     first, first_plan, times, weight, mismatch = last_stage()
-    if not mismatch and time.monotonic() < deadline - 0.01:
+    if not mismatch and not clock.expired(deadline - 0.01):
         retry(deadline, 3)
         first, first_plan, times, weight, mismatch = last_stage()
     redo = sorted(weight, key=weight.get, reverse=True)
     for i, job in enumerate(redo):
         rest = [weight[j] for j in redo[i:]]
         share = 1.0 / len(rest) if math.isinf(sum(rest)) else weight[job] / sum(rest)
-        left = (deadline - time.monotonic()) * share
-        if left <= 0.01:
+        left = (deadline - clock.now()) * share
+        if left <= 0.01 or clock.hit_cap():
             break
         # from the smaller model's plan, partitions and all: the whole model's span of it is
         # its simulated time, so the solve starts from there, not from its assignment alone
@@ -375,13 +379,13 @@ def solve_plan(
         tips = [solved[job].assignment, *hints]
         # first that plan's placement alone, partitioned and ordered anew: a small search that
         # gives a plan the simulation agrees with (its bound is the placement's, not kept)
-        t0 = time.monotonic()
+        t0 = clock.now()
         kept = region(
             *job, left * _POLISH_SHARE, tips, pairs=True, grouped=grouped, units_of=tips[0]
         )
         if kept is not None and (job not in faithful or kept.span_us < faithful[job].span_us):
             faithful[job] = kept
-        left -= time.monotonic() - t0
+        left -= clock.now() - t0
         if left <= 0.01:
             continue
         sol = region(*job, left, tips, pairs=True, floor_us=bound_of(job), grouped=grouped)
@@ -486,7 +490,7 @@ class PartitionExact(Scheduler):
 
     ``time_limit`` (seconds, default 30) covers the warm-start heuristics and the solves;
     ``region_nodes`` (default 16) the size regions are merged up to; ``workers`` CP-SAT's
-    search workers (default: the CPU count, at least 3, at most 8; see
+    search workers (default: the CPU count, at least 2, at most 8; see
     :func:`partuner.plan.region_model.solve_region` for what they run).
     """
 
@@ -502,7 +506,7 @@ class PartitionExact(Scheduler):
     ) -> None:
         self.tick_us = tick_us
         self.region_nodes = region_nodes
-        self.workers = workers or max(3, min(8, os.cpu_count() or 1))
+        self.workers = workers or max(2, min(8, os.cpu_count() or 1))
         self.seed = seed
 
     def schedule(self, problem: Problem, *, time_limit: float | None = None) -> Schedule:
@@ -514,14 +518,16 @@ class PartitionExact(Scheduler):
         *,
         time_limit: float | None = None,
         hints: Iterable[Schedule] | None = None,
+        clock: WorkClock | None = None,
     ) -> Schedule:
         """Like :meth:`schedule`, warm-starting from ``hints`` (valid schedules) if given,
-        else from every registered heuristic. The schedule is the plan's node layout; its
-        ``lower_bound`` bounds every plan's predicted latency."""
+        else from every registered heuristic; ``clock`` is the caller's, if any. The schedule
+        is the plan's node layout; its ``lower_bound`` bounds every plan's predicted latency."""
         problem.validate()
         _cp_model()
         budget = DEFAULT_TIME_LIMIT_S if time_limit is None else max(0.0, time_limit)
-        deadline = time.monotonic() + budget
+        clock = WorkClock.of(clock, budget)
+        deadline = clock.now() + budget
         if hints is None:
             hints = heuristic_schedules(problem, budget * 0.1).values()
         scored = sorted(
@@ -532,7 +538,7 @@ class PartitionExact(Scheduler):
         known = math.inf if problem.memory_limited or not scored else scored[0][0]
         sol = solve_plan(
             problem,
-            time_limit=max(0.0, deadline - time.monotonic()),
+            time_limit=max(0.0, deadline - clock.now()),
             upper_us=known + group_slack(problem),
             hints=[h.assignment for h in ranked],
             tick_us=self.tick_us,
@@ -540,13 +546,14 @@ class PartitionExact(Scheduler):
             # capacity couples the regions: a memory-limited problem is solved whole
             max_region=len(problem.nodes) if problem.memory_limited else self.region_nodes,
             seed=self.seed,
+            clock=clock,
         )
         bound = lower_bound(problem, partitions=True)
         best: tuple[float, Schedule] | None = None
         bound = max(bound, sol.bound_us - group_slack(problem))
         for parts in [sol.parts, *sol.others] if sol.parts is not None else []:
             try:  # the plans of both models: the simulation decides
-                merged = merge_partitions(problem, parts, deadline + 0.1 * budget)
+                merged = merge_partitions(problem, parts, deadline + 0.1 * budget, clock)
                 sched, latency = schedule_of_parts(problem, merged, self.name)
                 log.debug("pexact: assembled plan of %d partitions: %.1f us", len(merged), latency)
                 if overflow(problem, sched.assignment) is None and (

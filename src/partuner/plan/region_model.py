@@ -40,11 +40,11 @@ with a modeled NPU, within the rounding to ticks), so its plans are the simulati
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from partuner.plan.clock import WorkClock
 from partuner.plan.decompose import Region
 from partuner.plan.exact import _cp_model
 from partuner.plan.problem import Problem
@@ -101,6 +101,7 @@ def solve_region(
     floor_us: float = 0.0,
     grouped: Sequence[Sequence[str]] = (),
     units_of: Mapping[str, str] | None = None,
+    clock: WorkClock | None = None,
 ) -> RegionSolution | None:
     """Solve the partition-level model of ``region`` (see :func:`partuner.plan.decompose.regions`):
     its entry node (if any) ends at time 0 on ``entry_unit``, its exit on ``exit_unit`` (either
@@ -114,8 +115,10 @@ def solve_region(
     partitions of the first hint (lists of nodes), warm-starts which nodes share one.
     ``units_of`` fixes the unit of the nodes it names (mirrored like the hints): the solve then
     only partitions and orders that placement, and its bound holds for it alone. None when the
-    solver found no plan in time (then nothing is proven)."""
+    solver found no plan in time (then nothing is proven). ``time_limit`` is seconds of work on
+    ``clock`` (:mod:`partuner.plan.clock`; a new one when None)."""
     cp_model = _cp_model()
+    clock = WorkClock.of(clock, time_limit)
     m = cp_model.CpModel()
     entry = region.entry
     nodes = list(region.nodes)
@@ -267,9 +270,9 @@ def solve_region(
                 if a in group and c in group:
                     m.add_hint(b, group[a] == group[c])
 
-    solver = _solver(cp_model, time_limit, workers, seed)
-    t0 = time.monotonic()
-    code = solver.solve(m)
+    solver = _solver(cp_model, time_limit, workers, seed, clock)
+    t0 = clock.now()
+    code = clock.solve(solver, m)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     slack = len(every) * 4 * _EPS_TICKS * tick_us  # float noise the rounding tolerated
@@ -279,15 +282,15 @@ def solve_region(
     # Among plans of the proven span, prefer those that call fewer partitions (each call costs
     # more in a real run than in the profile; in large regions the model does not count a
     # call's overhead as busy time at all): spend some of what is left on fewer cut edges.
-    left = min(time_limit - (time.monotonic() - t0), time_limit * _TIE_SHARE)
-    if code == cp_model.OPTIMAL and left > 0.01 and same:
+    left = min(time_limit - (clock.now() - t0), time_limit * _TIE_SHARE)
+    if code == cp_model.OPTIMAL and left > 0.01 and same and not clock.hit_cap():
         m.clear_hints()
         for var in (*x.values(), *same.values(), span):
             m.add_hint(var, solver.value(var))
         m.add(span <= best)
         m.minimize(sum(b.Not() for b in same.values()))
-        tie = _solver(cp_model, left, workers, seed)
-        if tie.solve(m) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        tie = _solver(cp_model, left, workers, seed, clock)
+        if clock.solve(tie, m) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             solver = tie
             best = solver.value(span)
     assignment = {n: next(u for u in run[n] if solver.boolean_value(x[n, u])) for n in every}
@@ -311,17 +314,16 @@ def solve_region(
     )
 
 
-def _solver(cp_model: Any, time_limit: float, workers: int, seed: int) -> Any:
+def _solver(
+    cp_model: Any, time_limit: float, workers: int, seed: int, clock: WorkClock | None = None
+) -> Any:
     """A CP-SAT solver for these models. Their proofs come from search, not from the LP
     relaxation: CP-SAT's default portfolio rarely moves the bound of an Inception-v3 block
     before its search without LP (``no_lp``) exhausts the tree, and on few cores its LP workers
     take that search's time (docs/algorithms.md). So the full searches are :data:`_FULL_SEARCHES`
     in that order, as many as ``workers`` allow with one worker kept for CP-SAT's neighbourhood
     search."""
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, time_limit)
-    solver.parameters.num_workers = max(1, workers)
-    solver.parameters.random_seed = seed
+    solver = WorkClock.of(clock, time_limit).solver(cp_model, time_limit, workers, seed)
     if workers <= 1:
         solver.parameters.linearization_level = 0
     else:

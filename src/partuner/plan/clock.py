@@ -1,0 +1,110 @@
+"""The planner's clock: deterministic work budgets, with the wall clock only as a cap.
+
+A planner that shares out wall-clock time gives a different plan whenever the machine is busier
+or quieter. So the planner measures its work instead: CP-SAT reports the *deterministic time*
+each solve spent (a count of its operations, the same on every run of the same model with the
+same parameters), and the local searches charge a fixed amount per move they evaluate. A
+:class:`WorkClock` adds these up in **budget seconds**: :data:`WORK_PER_S` deterministic
+seconds make one second of the user's ``time_limit`` (calibrated so that on a 2-core machine
+the default 10 s of ``auto`` take about 10 s). Every stage that used to compare
+:func:`time.monotonic` with a deadline compares :meth:`WorkClock.now` instead, so the same
+problem gets the same stages, solves and plan on every run.
+
+The wall clock stays a cap: each solve also stops at the ``time_limit`` of wall time, and a
+run that reaches it first stops early, logs a warning once and sets :attr:`WorkClock.capped`
+(its plan may then differ between runs). CP-SAT's solvers are made here
+(:meth:`WorkClock.solver`): with a fixed seed, a deterministic parallel search
+(``interleave_search``) and without CP-SAT's own SIGINT handler, so Ctrl-C raises
+``KeyboardInterrupt`` in Python at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+__all__ = ["MOVE_S_PER_NODE", "WORK_PER_S", "WorkClock"]
+
+log = logging.getLogger(__name__)
+
+WORK_PER_S = 0.5  # CP-SAT deterministic seconds per second of time_limit
+MOVE_S_PER_NODE = 2e-5  # budget seconds a local-search move costs, per node of the problem
+
+
+class WorkClock:
+    """A budget of ``time_limit`` seconds of deterministic work, capped by as much wall time.
+
+    Examples
+    --------
+    >>> clock = WorkClock(10.0)
+    >>> clock.spend(2.5)
+    >>> clock.now()
+    2.5
+    >>> clock.expired(2.5), clock.expired(3.0)
+    (True, False)
+    """
+
+    def __init__(self, time_limit: float) -> None:
+        self.limit_s = max(0.0, time_limit)
+        self.wall_end = time.monotonic() + self.limit_s
+        self.capped = False
+        self._spent = 0.0
+
+    @classmethod
+    def of(cls, clock: WorkClock | None, time_limit: float) -> WorkClock:
+        """``clock``, or a new one of ``time_limit`` seconds when None."""
+        return clock if clock is not None else cls(time_limit)
+
+    def now(self) -> float:
+        """Budget seconds of work spent so far (deterministic)."""
+        return self._spent
+
+    def spend(self, seconds: float) -> None:
+        """Charge ``seconds`` budget seconds of work."""
+        self._spent += max(0.0, seconds)
+
+    def wall_left(self, grace_s: float = 0.0) -> float:
+        """Wall seconds left before the cap (plus ``grace_s``)."""
+        return self.wall_end + grace_s - time.monotonic()
+
+    def hit_cap(self, grace_s: float = 0.0) -> bool:
+        """Whether the wall-clock cap (plus ``grace_s``) has passed; warns the first time."""
+        if self.wall_left(grace_s) > 0:
+            return False
+        if not self.capped:
+            self.capped = True
+            log.warning(
+                "planning reached its wall-clock limit (%.3g s) before its work budget; the "
+                "plan may differ between runs (a quieter machine or a larger --time-limit "
+                "gives a reproducible one)",
+                self.limit_s,
+            )
+        return True
+
+    def expired(self, deadline: float, grace_s: float = 0.0) -> bool:
+        """Whether the work spent reached ``deadline`` (budget seconds) or the wall cap passed."""
+        return self._spent >= deadline - 1e-12 or self.hit_cap(grace_s)
+
+    def solver(self, cp_model: Any, time_limit: float, workers: int, seed: int) -> Any:
+        """A CP-SAT solver that may spend ``time_limit`` budget seconds, deterministically:
+        a fixed seed, ``interleave_search`` when it has several workers (one batch of
+        ``workers`` tasks at a time), and SIGINT left to Python. Pass it to :meth:`solve`."""
+        solver = cp_model.CpSolver()
+        p = solver.parameters
+        p.catch_sigint_signal = False
+        p.max_deterministic_time = max(1e-4, time_limit * WORK_PER_S)
+        p.max_time_in_seconds = max(0.01, self.wall_left())
+        p.num_workers = max(1, workers)
+        p.random_seed = seed
+        if workers > 1:
+            p.interleave_search = True
+            p.interleave_batch_size = workers
+        return solver
+
+    def solve(self, solver: Any, model: Any) -> Any:
+        """``solver.solve(model)``, charging its deterministic time; returns the status."""
+        code = solver.solve(model)
+        self.spend(solver.response_proto.deterministic_time / WORK_PER_S)
+        self.hit_cap()
+        return code
