@@ -55,6 +55,16 @@ SUITE = [
         "60 s. Planning only.",
     ),
     (
+        "repro",
+        "repro_bench.py",
+        [],
+        "Same problem, same plan: `partuner plan --load-problem P` with `auto` at the default "
+        "time limit (10 s), run twice in fresh processes, the second beside a process keeping a "
+        "core busy, on a 1-thread onnxruntime CPU + 1 or 2 modeled conv-only NPUs (links 60 us "
+        "+ 1.5 GB/s). Budgets are counted in CP-SAT deterministic time (docs/algorithms.md); "
+        '"cap reached": the wall-clock limit came first, and the plan may then differ.',
+    ),
+    (
         "region_model",
         "region_model_bench.py",
         [],
