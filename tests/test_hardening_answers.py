@@ -124,7 +124,9 @@ def test_tune_verdict_plan_row_and_one_lower_bound(files):
     assert row.endswith(f": {parts} partition{'' if parts == 1 else 's'} on {'+'.join(used)})")
     verdict = res["verdict"]
     assert "plain onnxruntime on" in verdict and "threads" in verdict
-    assert "median of 2" in verdict and ("faster than" in verdict or "slower than" in verdict)
+    assert "median of 2" in verdict and any(
+        w in verdict for w in ("faster than", "slower than", "as fast (within 1 %) as")
+    )
     if parts == 1:
         assert verdict.startswith("no plan beat the whole model on cpu")
     text = _tune(files, "branchy.onnx", "two.yaml").output
@@ -264,8 +266,10 @@ def test_progress_lines_on_a_piped_stderr(files):
     stages = [x.split(" ...")[0] for x in r.stderr.splitlines() if not x.startswith("WARNING")]
     assert list(dict.fromkeys(stages)) == ["profiling", "planning"], r.stderr
     assert r.stderr.splitlines()[-1].startswith("planning ... ")
-    for quiet in ("--quiet", "--json"):
+    for quiet in ("--quiet", "--json"):  # no progress; warnings (a 0.3 s cap is hit) still show
         r = _run("plan", files / "branchy.onnx", *common, quiet)
-        assert r.returncode == 0 and r.stderr == "", r.stderr
+        assert r.returncode == 0, r.stderr
+        assert all(x.startswith("WARNING") for x in r.stderr.splitlines()), r.stderr
         r = _run("tune", files / "branchy.onnx", *common, "-o", files / "o", "--repeat", 1, quiet)
-        assert r.returncode == 0 and r.stderr == "", r.stderr
+        assert r.returncode == 0, r.stderr
+        assert all(x.startswith("WARNING") for x in r.stderr.splitlines()), r.stderr

@@ -214,7 +214,10 @@ def _verdict(r: Any, repeat: int) -> str:
             f"measured); {ort} measured {ort_ms:.3f} ms"
         )
     ratio = ort_ms / r.measured.median_ms
-    how = f"{ratio:.2f}x faster than" if ratio >= 1 else f"{1 / ratio:.2f}x slower than"
+    if abs(ratio - 1) < 0.01:
+        how = "as fast (within 1 %) as"
+    else:
+        how = f"{ratio:.2f}x faster than" if ratio > 1 else f"{1 / ratio:.2f}x slower than"
     return f"{kept}{how} {ort} (measured, median of {repeat})"
 
 

@@ -63,7 +63,7 @@ def handle_errors(fn: F) -> F:
         except PartunerError as exc:
             fail(str(exc))
         except KeyboardInterrupt:
-            fail("interrupted; what was measured so far is kept in the profile store", 130)
+            fail("interrupted; no half-written file was left, and what was measured is kept", 130)
         except (OSError, MemoryError) as exc:
             fail(f"{type(exc).__name__}: {exc}")
         return None
@@ -101,22 +101,10 @@ def json_option(fn: F) -> F:
 
 
 def quiet_option(fn: F) -> F:
-    """``--quiet``/``-q``; with it or ``--json``, stderr carries errors only (no progress, and
-    the library's warnings are held back unless ``-v`` asked for more)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        log = logging.getLogger("partuner")
-        level = log.level
-        if (kwargs.get("quiet") or kwargs.get("as_json")) and log.getEffectiveLevel() >= 30:
-            log.setLevel(logging.ERROR)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            log.setLevel(level)
-
-    text = "No progress or warnings on stderr (errors only)."
-    return click.option("--quiet", "-q", is_flag=True, help=text)(wrapper)  # type: ignore[return-value]
+    """``--quiet``/``-q``: no progress on stderr; warnings and errors still show (with it or
+    ``--json``, stderr carries nothing else)."""
+    text = "No progress on stderr (warnings and errors only)."
+    return click.option("--quiet", "-q", is_flag=True, help=text)(fn)
 
 
 def db_option(fn: F) -> F:
