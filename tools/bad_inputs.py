@@ -1,0 +1,453 @@
+"""Try partuner's commands on bad inputs and write what each answers to docs/bad-input.md.
+
+Run: python tools/bad_inputs.py [--check]   (about a minute; needs the package installed)
+
+Every case makes its bad input in a fresh temporary folder, runs the real ``partuner`` command
+in a subprocess, and records the exit code and the first line of stderr. A case fails when the
+command prints a traceback, exits with another code than expected, or leaves a file it must not
+(each case says which). The table between the markers of docs/bad-input.md is rewritten from the
+run; ``--check`` only runs the cases and exits 1 if any fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import yaml
+from onnx import TensorProto, helper
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "bad-input.md"
+BEGIN, END = "<!-- bad-input:begin (written by tools/bad_inputs.py) -->", "<!-- bad-input:end -->"
+SMALL = ("--input-shape", "input=1x3x64x64")
+
+
+@dataclass
+class Case:
+    input: str  # what is wrong, in words
+    setup: Callable[[Path], list[str]]  # makes the files, returns the partuner arguments
+    code: int = 2
+    absent: tuple[str, ...] = ()  # paths (relative to the folder) that must not exist after
+    unchanged: tuple[str, ...] = ()  # paths whose bytes must not change
+    env: dict[str, str] = field(default_factory=dict)
+    as_other_user: bool = False  # run as nobody when root (root writes read-only files anyway)
+    interrupt_after: float | None = None  # send SIGINT (Ctrl-C) after this many seconds
+
+
+def _tiny(d: Path, name: str = "m.onnx", batch: int | str = 1) -> Path:
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    g = helper.make_graph([helper.make_node("Relu", ["input"], ["y"], name="r")], "t", [x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, d / name)
+    return d / name
+
+
+def _plan(d: Path, **partuner_section: object) -> Path:
+    """A valid plan for _tiny, with partuner's section updated by ``partuner_section``."""
+    own = {
+        "version": 1,
+        "model": "m.onnx",
+        "input_shapes": {"input": [1, 4]},
+        "scheduler": "single",
+        "units": {"cpu0": {"backend": "onnxruntime", "threads": 1}},
+        "partitions": [{"name": "p0", "unit": "cpu0", "nodes": ["r"]}],
+    }
+    own.update(partuner_section)
+    doc = {
+        "funcName": "m.onnx",
+        "numOfPartitions": 1,
+        "backendNames": "cpu0",
+        "partitionNames": "p0",
+        "nodeToPartition": "r-0",
+        "logicalIDs": "0",
+        "partuner": own,
+    }
+    (d / "plan.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return d / "plan.yaml"
+
+
+def _write(d: Path, name: str, text: str) -> Path:
+    (d / name).write_text(text)
+    return d / name
+
+
+def _gzip_bomb(d: Path) -> list[str]:
+    # 3 GiB of zeros compress to about 3 MB: more than protobuf's 2 GiB limit once inflated.
+    with gzip.open(d / "bomb.onnx.gz", "wb", compresslevel=9) as f:
+        chunk = bytes(64 << 20)
+        for _ in range(48):
+            f.write(chunk)
+    return ["inspect", str(d / "bomb.onnx.gz")]
+
+
+def _external_outside(d: Path) -> list[str]:
+    (d / "sub").mkdir()
+    _tiny(d / "sub")
+    m = onnx.load(d / "sub" / "m.onnx")
+    w = helper.make_tensor("w", TensorProto.FLOAT, [1, 4], np.zeros(4, np.float32).tobytes(), True)
+    w.data_location = TensorProto.EXTERNAL
+    w.ClearField("raw_data")
+    w.external_data.add(key="location", value="../secret.bin")
+    m.graph.initializer.append(w)
+    m.graph.node.append(helper.make_node("Add", ["y", "w"], ["z"], name="a"))
+    m.graph.output[0].name = "z"
+    (d / "secret.bin").write_bytes(bytes(16))
+    onnx.save(m, d / "sub" / "m.onnx")
+    return ["inspect", str(d / "sub" / "m.onnx")]
+
+
+def _external_unit_plan(d: Path) -> list[str]:
+    _tiny(d)
+    units = {
+        "npu": {
+            "backend": "external",
+            "compile": "touch owned.txt {artifact}",
+            "runner": "os:system",
+        }
+    }
+    parts = [{"name": "p0", "unit": "npu", "nodes": ["r"]}]
+    _plan(d, units=units, partitions=parts)
+    doc = yaml.safe_load((d / "plan.yaml").read_text())
+    doc["backendNames"] = "npu"
+    (d / "plan.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return ["run", str(d / "m.onnx"), "--plan", str(d / "plan.yaml")]
+
+
+def _partition_named(name: str) -> Callable[[Path], list[str]]:
+    def setup(d: Path) -> list[str]:
+        _tiny(d)
+        _plan(d, partitions=[{"name": name, "unit": "cpu0", "nodes": ["r"]}])
+        doc = yaml.safe_load((d / "plan.yaml").read_text())
+        doc["partitionNames"] = name
+        (d / "plan.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        return ["export", str(d / "m.onnx"), "--plan", str(d / "plan.yaml"), "-o", str(d / "o")]
+
+    return setup
+
+
+def _duplicate_partitions(d: Path) -> list[str]:
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 4])
+    nodes = [
+        helper.make_node("Relu", ["input"], ["y"], name="r"),
+        helper.make_node("Neg", ["y"], ["y2"], name="n"),
+    ]
+    g = helper.make_graph(nodes, "t", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), d / "m.onnx")
+    parts = [
+        {"name": "p0", "unit": "cpu0", "nodes": ["r"]},
+        {"name": "p0", "unit": "cpu0", "nodes": ["n"]},
+    ]
+    _plan(d, partitions=parts)
+    doc = yaml.safe_load((d / "plan.yaml").read_text())
+    doc.update(
+        numOfPartitions=2,
+        backendNames="cpu0:cpu0",
+        partitionNames="p0:p0",
+        nodeToPartition="r-0:n-1",
+        logicalIDs="0:0",
+    )
+    (d / "plan.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return ["export", str(d / "m.onnx"), "--plan", str(d / "plan.yaml"), "-o", str(d / "o")]
+
+
+def _plan_text(text: str) -> Callable[[Path], list[str]]:
+    def setup(d: Path) -> list[str]:
+        _tiny(d)
+        _write(d, "plan.yaml", text)
+        return ["export", str(d / "m.onnx"), "--plan", str(d / "plan.yaml"), "-o", str(d / "o")]
+
+    return setup
+
+
+def _truncated_plan(d: Path) -> list[str]:
+    _tiny(d)
+    text = _plan(d).read_text()
+    _write(d, "plan.yaml", text[: len(text) - 12])
+    return ["export", str(d / "m.onnx"), "--plan", str(d / "plan.yaml"), "-o", str(d / "o")]
+
+
+def _wrong_type_plan(d: Path) -> list[str]:
+    _tiny(d)
+    _plan(d, partitions=[{"name": "p0", "unit": "cpu0", "nodes": 7}])
+    return ["export", str(d / "m.onnx"), "--plan", str(d / "plan.yaml"), "-o", str(d / "o")]
+
+
+def _corrupt_store(d: Path) -> list[str]:
+    _tiny(d)
+    units = _units(d, {"cpu0": {"backend": "onnxruntime", "threads": 1}})
+    args = ["profile", str(d / "m.onnx"), "--db", str(d / "p.db"), "-q", "--units", str(units)]
+    subprocess.run([*_partuner(), *args], check=True, capture_output=True)
+    with sqlite3.connect(d / "p.db") as db:  # fold the WAL into the file, then spoil its pages
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw = bytearray((d / "p.db").read_bytes())
+    page = int.from_bytes(raw[16:18], "big") or 65536
+    raw[page:] = bytes((i * 7 + 3) % 256 for i in range(len(raw) - page))
+    (d / "p.db").write_bytes(bytes(raw))
+    return args
+
+
+def _readonly_store(d: Path) -> list[str]:
+    _tiny(d)
+    (d / "ro").mkdir()
+    subprocess.run(
+        [
+            *_partuner(),
+            "profile",
+            str(d / "m.onnx"),
+            "--db",
+            str(d / "ro" / "p.db"),
+            "-q",
+            "--units",
+            str(_units(d, {"cpu0": {"backend": "onnxruntime", "threads": 1}})),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (d / "ro" / "p.db").chmod(0o444)
+    (d / "ro").chmod(0o555)
+    for p in (d.parent, d, d / "m.onnx"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    units = _units(d, {"cpu0": {"backend": "onnxruntime", "threads": 2}}, "u2.yaml")
+    return [
+        "profile",
+        str(d / "m.onnx"),
+        "--db",
+        str(d / "ro" / "p.db"),
+        "-q",
+        "--units",
+        str(units),
+    ]
+
+
+def _units(d: Path, units: dict[str, object], name: str = "units.yaml") -> Path:
+    return _write(d, name, yaml.safe_dump({"units": units}))
+
+
+def _args(*a: str) -> Callable[[Path], list[str]]:
+    def setup(d: Path) -> list[str]:
+        _tiny(d)
+        return [x.replace("{d}", str(d)) for x in a]
+
+    return setup
+
+
+def _dynamic(*a: str) -> Callable[[Path], list[str]]:
+    def setup(d: Path) -> list[str]:
+        _tiny(d, batch="N")
+        return [x.replace("{d}", str(d)) for x in a]
+
+    return setup
+
+
+def _with(text_file: str, text: str, *a: str) -> Callable[[Path], list[str]]:
+    def setup(d: Path) -> list[str]:
+        _tiny(d)
+        _write(d, text_file, text)
+        return [x.replace("{d}", str(d)) for x in a]
+
+    return setup
+
+
+def _input_array(arr: np.ndarray) -> Callable[[Path], list[str]]:
+    def setup(d: Path) -> list[str]:
+        _tiny(d)
+        _plan(d)
+        np.save(d / "x.npy", arr, allow_pickle=True)
+        return [
+            "run",
+            str(d / "m.onnx"),
+            "--plan",
+            str(d / "plan.yaml"),
+            "--input",
+            f"input={d / 'x.npy'}",
+        ]
+
+    return setup
+
+
+def _missing_external(d: Path) -> list[str]:
+    args = _external_outside(d)
+    m = onnx.load(d / "sub" / "m.onnx", load_external_data=False)
+    m.graph.initializer[0].external_data[0].value = "gone.bin"
+    onnx.save(m, d / "sub" / "m.onnx")
+    return args
+
+
+def _remote_without_rows(d: Path) -> list[str]:
+    _tiny(d)
+    units = _units(d, {"board": {"backend": "onnxruntime", "threads": 4, "remote": True}})
+    return ["plan", str(d / "m.onnx"), "--units", str(units), "--db", str(d / "p.db"), "-q"]
+
+
+def _missing_cores(d: Path) -> list[str]:
+    units = _units(d, {"cpu9": {"backend": "onnxruntime", "threads": 1, "cores": [64]}})
+    return ["units", "--units", str(units)]
+
+
+def _partitions_link(d: Path) -> list[str]:
+    args = _partition_named("p0")(d)
+    (d / "o").mkdir()
+    (d / "elsewhere").mkdir()
+    (d / "o" / "partitions").symlink_to(d / "elsewhere")
+    return args
+
+
+def _reexport(d: Path) -> list[str]:
+    args = _partition_named("p0")(d)
+    subprocess.run([*_partuner(), *args], check=True, capture_output=True)
+    (d / "o" / "partitions" / "mine.onnx").write_text("a file partuner did not write")
+    return args
+
+
+CASES: list[Case] = [
+    Case("model file missing", _args("inspect", "{d}/missing.onnx")),
+    Case("model file not ONNX", _with("bad.onnx", "not a model", "inspect", "{d}/bad.onnx")),
+    Case("gzip bomb (3 GiB of zeros in a 3 MB `.onnx.gz`)", _gzip_bomb),
+    Case("external data outside the model's folder", _external_outside),
+    Case(
+        "`--input-shape` dimension that overflows",
+        _dynamic("inspect", "{d}/m.onnx", "--input-shape", "input=99999999999999999999x4"),
+    ),
+    Case(
+        "`--input-shape` dimension 0",
+        _dynamic("inspect", "{d}/m.onnx", "--input-shape", "input=0x4"),
+    ),
+    Case(
+        "`--input-shape` naming no input", _args("inspect", "{d}/m.onnx", "--input-shape", "x=1x4")
+    ),
+    Case(
+        "plan file defining an `external` unit that runs a command (no `--units`)",
+        _external_unit_plan,
+        absent=("owned.txt",),
+    ),
+    Case("partition named `../../x`", _partition_named("../../x"), absent=("x.onnx", "../x.onnx")),
+    Case("partition named `/tmp/abs/model`", _partition_named("/tmp/abs/model")),
+    Case("two partitions with one name", _duplicate_partitions, absent=("o",)),
+    Case("plan file truncated", _truncated_plan, absent=("o",)),
+    Case("plan file that is not YAML", _plan_text("{ this: is: not yaml"), absent=("o",)),
+    Case("plan file that is a YAML list", _plan_text("- 1\n- 2\n"), absent=("o",)),
+    Case("plan field of the wrong type (`nodes: 7`)", _wrong_type_plan, absent=("o",)),
+    Case("profile store with a corrupt page", _corrupt_store),
+    Case("read-only profile store that must be written", _readonly_store, as_other_user=True),
+    Case("`-o/partitions` is a link to another folder", _partitions_link),
+    Case(
+        "re-export over a folder holding a user's own file",
+        _reexport,
+        code=0,
+        unchanged=("o/partitions/mine.onnx",),
+    ),
+    Case("remote unit with no imported measurements for the model", _remote_without_rows),
+    Case("unit declaring cores this machine lacks (a warning)", _missing_cores, code=0),
+    Case(
+        "Ctrl-C while `tune` profiles, plans and runs",
+        _args("tune", "zoo:googlenet", "-o", "{d}/out", "--time-limit", "30", "--repeat", "500"),
+        code=130,
+        interrupt_after=12.0,
+    ),
+    Case("units file missing", _args("units", "--units", "{d}/nope.yaml")),
+    Case(
+        "units file with an unknown backend",
+        _with("u.yaml", "units: {x: {backend: nope}}\n", "units", "--units", "{d}/u.yaml"),
+    ),
+    Case("`--input` array of the wrong shape", _input_array(np.zeros((2, 2), np.float32))),
+    Case("`--input` file that holds a pickle", _input_array(np.array([{}], dtype=object))),
+]
+
+
+def _partuner() -> list[str]:
+    return [sys.executable, "-c", "import sys; from partuner.cli import main; sys.exit(main())"]
+
+
+def run_case(case: Case) -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix="partuner-bad-") as tmp:
+        d = Path(tmp) / "w"
+        d.mkdir()
+        args = case.setup(d)
+        before = {p: (d / p).read_bytes() for p in case.unchanged if (d / p).exists()}
+        env = {**os.environ, "PARTUNER_DB": str(Path(tmp) / "default.db"), **case.env}
+        user = []
+        if case.as_other_user and os.geteuid() == 0 and shutil.which("setpriv"):
+            user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        proc = subprocess.Popen(
+            [*user, *_partuner(), *args],
+            cwd=d,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if case.interrupt_after is not None:
+            time.sleep(case.interrupt_after)
+            proc.send_signal(signal.SIGINT)
+        out, errs = proc.communicate(timeout=600)
+        r = subprocess.CompletedProcess(proc.args, proc.returncode, out, errs)
+        for p in (d / "ro", d / "ro" / "p.db"):
+            if p.exists():
+                p.chmod(0o755 if p.is_dir() else 0o644)
+        err = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        problems = []
+        if "Traceback" in r.stderr:
+            problems.append("traceback")
+        if r.returncode != case.code:
+            problems.append(f"exit {r.returncode}, expected {case.code}")
+        problems += [f"{p} exists" for p in case.absent if (d / p).exists()]
+        problems += [f"temporary {p.name} left" for p in d.glob(".*") if p.name != ".."]
+        problems += [f"{p} changed" for p, b in before.items() if (d / p).read_bytes() != b]
+        answer = next((ln for ln in err if ln.startswith("partuner: error:")), None)
+        answer = answer or next((ln for ln in err if "WARNING" in ln or "warning" in ln), None)
+        answer = answer or (err[0] if err else "(nothing on stderr)")
+        shown = " ".join("partuner" if i == 0 else a for i, a in enumerate(["partuner", *args]))
+        return {
+            "input": case.input,
+            "command": shown.replace(str(d) + "/", "").replace(str(d), "."),
+            "exit": r.returncode,
+            "answer": answer.replace(str(d) + "/", "").replace(str(Path(tmp)), "TMP"),
+            "problems": problems,
+        }
+
+
+def table(rows: list[dict[str, object]]) -> str:
+    out = ["| bad input | command | exit | answer |", "|---|---|---|---|"]
+    for r in rows:
+        ans = str(r["answer"]).replace("|", "\\|")
+        flag = "" if not r["problems"] else f" **FAILS: {', '.join(r['problems'])}**"
+        out.append(f"| {r['input']} | `{r['command']}` | {r['exit']} | {ans}{flag} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="run only; do not write the docs")
+    ns = ap.parse_args()
+    rows = []
+    for case in CASES:
+        r = run_case(case)
+        rows.append(r)
+        mark = "ok  " if not r["problems"] else "FAIL"
+        print(f"{mark} {r['input']}: exit {r['exit']}: {r['answer']}", flush=True)
+    if not ns.check:
+        text = DOC.read_text()
+        head, _, rest = text.partition(BEGIN)
+        _, _, tail = rest.partition(END)
+        DOC.write_text(f"{head}{BEGIN}\n{table(rows)}\n{END}{tail}")
+    return 1 if any(r["problems"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
