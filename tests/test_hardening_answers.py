@@ -15,17 +15,12 @@ import yaml
 from click.testing import CliRunner
 from onnx import TensorProto, helper
 
+from conftest import TWO_CPUS
 from partuner.cli import main
 from partuner.graph import zoo
 from partuner.runtime import check_outputs
 
 PARTUNER = str(Path(sys.executable).with_name("partuner"))
-
-TWO_CPUS = """
-units:
-  cpu0: {backend: onnxruntime, threads: 1}
-  cpu1: {backend: onnxruntime, threads: 1}
-"""
 
 NPU_CPU = """
 units:

@@ -205,17 +205,10 @@ def _corrupt_store(d: Path) -> list[str]:
 def _readonly_store(d: Path) -> list[str]:
     _tiny(d)
     (d / "ro").mkdir()
+    store = ["--db", str(d / "ro" / "p.db"), "-q"]
+    one = _units(d, {"cpu0": {"backend": "onnxruntime", "threads": 1}})
     subprocess.run(
-        [
-            *_partuner(),
-            "profile",
-            str(d / "m.onnx"),
-            "--db",
-            str(d / "ro" / "p.db"),
-            "-q",
-            "--units",
-            str(_units(d, {"cpu0": {"backend": "onnxruntime", "threads": 1}})),
-        ],
+        [*_partuner(), "profile", str(d / "m.onnx"), *store, "--units", str(one)],
         check=True,
         capture_output=True,
     )
@@ -223,16 +216,8 @@ def _readonly_store(d: Path) -> list[str]:
     (d / "ro").chmod(0o555)
     for p in (d.parent, d, d / "m.onnx"):
         p.chmod(0o755 if p.is_dir() else 0o644)
-    units = _units(d, {"cpu0": {"backend": "onnxruntime", "threads": 2}}, "u2.yaml")
-    return [
-        "profile",
-        str(d / "m.onnx"),
-        "--db",
-        str(d / "ro" / "p.db"),
-        "-q",
-        "--units",
-        str(units),
-    ]
+    two = _units(d, {"cpu0": {"backend": "onnxruntime", "threads": 2}}, "u2.yaml")
+    return ["profile", str(d / "m.onnx"), *store, "--units", str(two)]
 
 
 def _units(d: Path, units: dict[str, object], name: str = "units.yaml") -> Path:
