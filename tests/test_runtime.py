@@ -228,3 +228,37 @@ def test_a_unit_order_against_the_data_is_refused(branchy, tmp_path):
     specs = [specs[1], specs[0], *specs[2:]]  # the consumer listed before its producer
     with pytest.raises(PartunerError, match="cycle"):
         Session(branchy, cut(branchy, specs), units)
+
+
+class _Interrupted:
+    """A runner whose call meets Ctrl-C (SIGINT raises KeyboardInterrupt in the thread)."""
+
+    input_names: list[str] = []
+    output_names: list[str] = []
+
+    def run(self, feeds):
+        raise KeyboardInterrupt
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("which", ["caller", "worker"])
+def test_ctrl_c_in_a_partition_stays_an_interrupt(branchy, units_file, which):
+    """Ctrl-C during a run reaches the CLI as KeyboardInterrupt (exit 130, "interrupted"), not
+    as a partition that failed; the workers stop and the session closes."""
+    units = load_units(units_file)
+    parts = cut(branchy, _split_by_branch(branchy))
+    feeds = random_feeds(branchy, list(branchy.inputs))
+    sess = Session(branchy, parts, units)
+    last = len(parts) - 1  # the caller's thread serves the unit of the last partition
+    i = (
+        last
+        if which == "caller"
+        else next(k for k, p in enumerate(parts) if p.unit != parts[last].unit)
+    )
+    sess._runners[i] = _Interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        sess.run(None, feeds)
+    sess.close()
+    assert not _partuner_threads()

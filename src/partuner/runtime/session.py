@@ -412,6 +412,8 @@ class Session:
         if run.error is not None:
             part = next(p for p in self.partitions if p.name == run.failed_part)
             err = run.error
+            if not isinstance(err, Exception):  # Ctrl-C (or an exit) reached a partition's call
+                raise err
             text = str(err).strip().splitlines()
             raise RuntimeFailure(
                 f"partition {part.name!r} on unit {part.unit!r} failed: "
