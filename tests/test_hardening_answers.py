@@ -197,6 +197,22 @@ def test_tune_with_a_modeled_unit_says_emulated_never_measured(files):
     assert "on modeled units (not measured)" in text.splitlines()[-1]
 
 
+def test_run_labels_a_modeled_partitions_host_time_never_measured(files):
+    """`partuner run` of a plan with partitions on a modeled unit: their time is the host's."""
+    r = _tune(files, "branchy.onnx", "npu.yaml", "--scheduler", "static", "--json")
+    assert r.exit_code == 0, r.output
+    args = ("run", files / "branchy.onnx", "--units", files / "npu.yaml",
+            "--plan", files / "out" / "plan.yaml", "--repeat", 2)  # fmt: skip
+    res = json.loads(_invoke(*args, "--json").output)
+    on_npu = [p for p in res["partition_ms"].values() if p["unit"] == "npu"]
+    assert on_npu and all(p["measured"] is None and p["host"] > 0 for p in on_npu)
+    assert all(p["timing"] == "emulated on the host" for p in on_npu)
+    on_cpu = [p for p in res["partition_ms"].values() if p["unit"] == "cpu"]
+    assert all(p["timing"] == "measured" and p["measured"] > 0 for p in on_cpu)
+    text = _invoke(*args).output
+    assert text.count("emulated on the host") == len(on_npu)
+
+
 def _batch_model() -> onnx.ModelProto:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])

@@ -164,7 +164,8 @@ def plan_cmd(
     console.print(
         f"plan by [bold]{plan.scheduler}[/bold] ({plan.status}): predicted "
         f"{plan.predicted_us / 1e3:.3f} ms{label}, lower bound {lb / 1e3:.3f} ms, "
-        f"{len(plan.partitions)} partitions, {len(pf.parallel)} parallel groups"
+        f"{_count(len(plan.partitions), 'partition')}, "
+        f"{_count(len(pf.parallel), 'parallel group')}"
     )
     if compare:
         t = Table(show_edge=False)
@@ -303,3 +304,8 @@ def schedulers_cmd() -> None:
     for n in scheduler_names():
         doc = (type(get_scheduler(n)).__doc__ or "").strip().splitlines()
         console.print(f"{n}: {doc[0] if doc else ''}")
+
+
+def _count(n: int, what: str) -> str:
+    """``1 partition``, ``3 partitions``."""
+    return f"{n} {what}{'' if n == 1 else 's'}"

@@ -135,10 +135,14 @@ def execute(
             p.name: {
                 "unit": ran_units[p.name],
                 "planned_unit": p.unit,
-                "measured": stats.partition_ms.get(p.name),
+                # a modeled unit's outputs are computed on the host: that time is not its own
+                "measured": None if emulated else stats.partition_ms.get(p.name),
+                "host": stats.partition_ms.get(p.name) if emulated else None,
+                "timing": "emulated on the host" if emulated else "measured",
                 "predicted": predicted.get(p.name),
             }
             for p in pf.partitions
+            for emulated in [us[ran_units[p.name]].modeled]
         },
         "fallback": {
             name: {"planned": unit, "ran_on": fallback, "reason": why}
@@ -346,7 +350,7 @@ def run_cmd(
                 p["unit"]
                 if p["unit"] == p["planned_unit"]
                 else f"{p['planned_unit']}->{p['unit']}",
-                "-" if p["measured"] is None else f"{p['measured']:.3f}",
+                _partition_time(p),
                 "-" if p["predicted"] is None else f"{p['predicted']:.3f}",
             )
         console.print(t)
@@ -395,3 +399,10 @@ def check_cmd(
         _print_check(r["check"])
     if not r["check"]["passed"]:
         raise SystemExit(1)
+
+
+def _partition_time(p: dict[str, Any]) -> str:
+    """A partition's measured time, or its host time labelled as such (modeled unit)."""
+    if p["measured"] is not None:
+        return f"{p['measured']:.3f}"
+    return "-" if p["host"] is None else f"- (emulated on the host: {p['host']:.3f})"
