@@ -266,10 +266,11 @@ def write_results_md(runs: list[dict], quick: bool) -> Path:
         + "`: do not edit by hand. Every figure below comes "
         "from the JSON files in `benchmarks/results/`, which hold the spreads and settings.",
         "",
-        f"Machine: {m['cpu']}, {m['cores']} cores; Python {m['python']}, onnxruntime "
+        f"Last written on: {m['cpu']}, {m['cores']} cores; Python {m['python']}, onnxruntime "
         f"{m['onnxruntime']}, onnx {m['onnx']}"
         + (f", OpenVINO {m['openvino']}" if "openvino" in m else "")
-        + f"; {m['date']}.",
+        + f"; {m['date']}. Sections re-run with `--only` keep the others: each names the "
+        "machine and date it was measured on (the CPU model changes between sessions here).",
         "Figures labelled *modeled* are computed for hardware that is not here, never measured.",
         "",
     ]
@@ -283,7 +284,8 @@ def write_results_md(runs: list[dict], quick: bool) -> Path:
             desc,
             "",
             f"`benchmarks/{next(s for n, s, _, _ in SUITE if n == r['name'])}` "
-            f"({r['wall_s']:.0f} s; results in `benchmarks/results/{r['name']}.json`)",
+            f"({r['wall_s']:.0f} s; results in `benchmarks/results/{r['name']}.json`)"
+            + _measured_on(r["name"]),
             "",
         ]
         if not r["ok"]:
@@ -300,6 +302,15 @@ def write_results_md(runs: list[dict], quick: bool) -> Path:
     path = DOCS / "results.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def _measured_on(name: str) -> str:
+    """``; measured on CPU, N cores, DATE`` from a result's JSON (empty if it has none)."""
+    try:
+        m = json.loads((RESULTS / f"{name}.json").read_text())["machine"]
+        return f"; measured on {m['cpu']}, {m['cores']} cores, {m['date']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
 
 
 def cuda_section() -> list[str]:
