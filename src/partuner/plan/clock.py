@@ -6,9 +6,10 @@ each solve spent (a count of its operations, the same on every run of the same m
 same parameters), and the local searches charge a fixed amount per move they evaluate. A
 :class:`WorkClock` adds these up in **budget seconds**: :data:`WORK_PER_S` deterministic
 seconds make one second of the user's ``time_limit`` (chosen so that on a 2-core machine the
-default 10 s of ``auto`` stay under the cap on most zoo problems: benchmarks/repro_bench.py). Every stage that used to compare
-:func:`time.monotonic` with a deadline compares :meth:`WorkClock.now` instead, so the same
-problem gets the same stages, solves and plan on every run.
+default 10 s of ``auto`` stay under the cap on most zoo problems: benchmarks/repro_bench.py).
+Every stage that used to compare :func:`time.monotonic` with a deadline compares
+:meth:`WorkClock.now` instead, so the same problem gets the same stages, solves and plan on
+every run.
 
 The wall clock stays a cap: each solve also stops at the ``time_limit`` of wall time, and a
 run that reaches it first stops early, logs a warning once and sets :attr:`WorkClock.capped`
