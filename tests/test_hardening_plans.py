@@ -522,3 +522,53 @@ def test_atomic_write_keeps_an_existing_files_mode(tmp_path, umask_022):
     p.chmod(0o640)
     write_plan(_spec(["a"]), p)
     assert _mode(p) == 0o640 and read_plan(p).partitions[0].name == "a"
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda own: own.__setitem__("version", 2), "newer than this partuner"),
+        (lambda own: own.__setitem__("version", "x"), "whole number"),
+    ],
+    ids=["newer-format", "version-not-a-number"],
+)
+def test_plan_inconsistent_with_itself_is_one_line(tmp_path, edit, needle):
+    """Found trying the CLI as a new user: a plan of a newer format was read silently."""
+    from partuner.export import PartitionSpec, PlanFile, read_plan, write_plan
+
+    pf = PlanFile(
+        [PartitionSpec("p0", "cpu0", ("n0",))],
+        units={"cpu0": {"backend": "onnxruntime", "threads": 1}},
+    )
+    path = tmp_path / "plan.yaml"
+    write_plan(pf, path)
+    doc = yaml.safe_load(path.read_text())
+    edit(doc["partuner"])
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(PlanFileError, match=needle) as exc:
+        read_plan(path)
+    assert "\n" not in str(exc.value)
+
+
+def test_export_of_a_plan_naming_a_unit_its_units_section_lacks(tmp_path, branchy_file):
+    """Found trying the CLI as a new user: such a plan (a partition moved by hand to a unit of
+    the user's units file) ended `export` in a KeyError traceback; it exports."""
+    from click.testing import CliRunner
+
+    from partuner.cli import main
+
+    plan = tmp_path / "plan.yaml"
+    r = CliRunner().invoke(
+        main,
+        ["plan", str(branchy_file), "--scheduler", "single", "-o", str(plan), "-q", "--db",
+         str(tmp_path / "p.db")],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    doc = yaml.safe_load(plan.read_text())
+    doc["partuner"]["partitions"][0]["unit"] = "gpu9"
+    plan.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = tmp_path / "o"
+    r = CliRunner().invoke(main, ["export", str(branchy_file), "--plan", str(plan), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    written = yaml.safe_load((out / "plan.yaml").read_text())
+    assert written["backendNames"].split(":")[0] == "gpu9"

@@ -135,7 +135,9 @@ def _ms(us: float | None) -> float | None:
 
 def plan_to_dict(plan: PlanFile) -> dict[str, Any]:
     """The YAML document of ``plan``: NEST-C keys first, then partuner's section."""
-    unit_names = list(plan.units) or list(dict.fromkeys(p.unit for p in plan.partitions))
+    # the units section first (logicalIDs index it), then any unit only a partition names (a
+    # plan edited by hand to run a partition on a unit of the user's units file)
+    unit_names = list(dict.fromkeys([*plan.units, *(p.unit for p in plan.partitions)]))
     idx = {u: i for i, u in enumerate(unit_names)}
     node_to_part = [f"{n}-{i}" for i, p in enumerate(plan.partitions) for n in p.nodes]
     return {
@@ -303,6 +305,18 @@ def read_plan(path: str | Path) -> PlanFile:
     if not isinstance(doc, dict):
         raise PlanFileError(f"{where} is not a plan file (expected a YAML mapping)")
     own = doc.get("partuner")
+    if isinstance(own, dict) and "version" in own:
+        version = own["version"]
+        if type(version) is not int or version < 1:
+            raise PlanFileError(
+                f"{where}: `partuner.version` must be a whole number >= 1, got "
+                f"{short_repr(version)}"
+            )
+        if version > FORMAT_VERSION:
+            raise PlanFileError(
+                f"{where} has plan format {version}, newer than this partuner reads "
+                f"({FORMAT_VERSION}); upgrade partuner"
+            )
     if isinstance(own, dict) and isinstance(own.get("partitions"), list):
         return _read_own(doc, own, where)
     return _read_nestc(doc, where)
