@@ -118,6 +118,8 @@ def test_plan_units_section_cannot_run_a_command(tmp_path, model_file, monkeypat
         ({"spec": ATTACK}, "external"),
         ({**CPU, "provider": {"a": 1}}, "provider"),
         ("external", "mapping"),
+        # found by a new-user trial: 10^5 intra-op threads hung `run` for minutes
+        ({"backend": "openvino", "properties": {"INFERENCE_NUM_THREADS": 100000}}, "THREADS"),
     ],
 )
 def test_plan_units_that_run_or_load_code_are_refused(
@@ -572,3 +574,12 @@ def test_export_of_a_plan_naming_a_unit_its_units_section_lacks(tmp_path, branch
     assert r.exit_code == 0, r.output
     written = yaml.safe_load((out / "plan.yaml").read_text())
     assert written["backendNames"].split(":")[0] == "gpu9"
+
+
+def test_plan_unit_with_absurd_threads_is_one_line(tmp_path, model_file, monkeypatch):
+    """Found by a new-user trial: `threads: 100000` in a plan's units section hung `run`."""
+    monkeypatch.chdir(tmp_path)
+    plan = _own_plan(
+        tmp_path / "plan.yaml", [("p0", "u", list(NODES))], {"u": {**CPU, "threads": 100000}}
+    )
+    _fails_cleanly(_cli("check", model_file, "--plan", plan), "'threads' must be <= 1024")

@@ -270,3 +270,14 @@ def test_host_memory():
     from partuner.units import OpenvinoUnit
 
     assert OpenvinoUnit("ov").host_memory and not OpenvinoUnit("g", device="GPU").host_memory
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_a_thread_count_no_unit_needs_is_refused(tmp_path, backend):
+    """10^5 intra-op threads hung `partuner run` for minutes; more than MAX_THREADS is refused."""
+    from partuner.units.base import MAX_THREADS
+
+    path = tmp_path / "u.yaml"
+    path.write_text(f"units: {{big: {{backend: {backend}, threads: 100000}}}}\n")
+    with pytest.raises(UnitsFileError, match=f"'threads' must be <= {MAX_THREADS}"):
+        load_units(path)

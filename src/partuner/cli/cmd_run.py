@@ -35,8 +35,8 @@ def _units_for_plan(units_file: str | None, pf: Any) -> Any:
     """The units of ``--units FILE``, else those of the plan's own section: a plan file is
     untrusted, so only units on the allow-list (no command, no code loaded) are built from it."""
     from partuner.cli.stages import load_units_cli
-    from partuner.export.plan_units import check_plan_units
     from partuner.units import units_from_mapping
+    from partuner.units.untrusted import check_plan_units
 
     if units_file or not pf.units:
         return load_units_cli(units_file)

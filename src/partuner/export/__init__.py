@@ -1,7 +1,6 @@
 """Plan -> partition sub-models (ONNX), the plan file (NEST-C keys + partuner's), the manifest."""
 
 from partuner.export.cut import PartitionModel, cut, cut_nodes, partition_order
-from partuner.export.plan_units import check_plan_units
 from partuner.export.planfile import (
     PartitionSpec,
     PlanFile,
@@ -17,7 +16,6 @@ __all__ = [
     "PartitionSpec",
     "PlanFile",
     "atomic_write",
-    "check_plan_units",
     "cut",
     "cut_nodes",
     "export_plan",

@@ -237,7 +237,7 @@ def _read_results(
     p: Path, data: dict[str, Any], graph: ModelGraph, units: UnitSet | None
 ) -> tuple[KitImport, list[Any]]:
     """What a results file holds, and the store writes that import it (none done yet)."""
-    from partuner.export.plan_units import check_plan_units
+    from partuner.units.untrusted import check_plan_units
 
     digest = model_digest(graph)
     if data["digest"] != digest:

@@ -276,7 +276,19 @@ def _type_name(value: object) -> str:
     return type(value).__name__
 
 
-def opt_int(opts: dict[str, Any], key: str, default: Any, *, minimum: int | None = None) -> Any:
+#: the most threads one unit may ask for: more is a mistake (or a hostile file), not a setting,
+#: and thread pools of 10^5 threads hang the process for minutes
+MAX_THREADS = 1024
+
+
+def opt_int(
+    opts: dict[str, Any],
+    key: str,
+    default: Any,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+) -> Any:
     """Pop an integer option (``None`` stays ``None`` when it is the default)."""
     value = opts.pop(key, default)
     if value is REQUIRED:
@@ -287,6 +299,8 @@ def opt_int(opts: dict[str, Any], key: str, default: Any, *, minimum: int | None
         raise UnitError(f"option {key!r} must be an integer, got {value!r} ({_type_name(value)})")
     if minimum is not None and value < minimum:
         raise UnitError(f"option {key!r} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise UnitError(f"option {key!r} must be <= {maximum}, got {value}")
     return value
 
 

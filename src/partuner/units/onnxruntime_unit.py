@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from partuner.errors import UnitError, UnitUnavailableError
 from partuner.units.base import (
+    MAX_THREADS,
     Runner,
     Unit,
     opt_choice,
@@ -192,7 +193,7 @@ class OnnxruntimeUnit(Unit):
 
     def _configure(self, options: dict[str, Any]) -> dict[str, Any]:
         provider = resolve_provider(opt_str(options, "provider", "CPUExecutionProvider"))
-        threads = opt_int(options, "threads", 1, minimum=1)
+        threads = opt_int(options, "threads", 1, minimum=1, maximum=MAX_THREADS)
         spinning: bool | str = options.pop("spinning", False)
         if spinning != "run" and not isinstance(spinning, bool):
             raise UnitError(f"option 'spinning' must be true, false or run, got {spinning!r}")

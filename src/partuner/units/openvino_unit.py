@@ -32,6 +32,7 @@ import numpy as np
 
 from partuner.errors import UnitError, UnitUnavailableError
 from partuner.units.base import (
+    MAX_THREADS,
     Runner,
     Unit,
     opt_bool,
@@ -187,7 +188,7 @@ class OpenvinoUnit(Unit):
 
     def _configure(self, options: dict[str, Any]) -> dict[str, Any]:
         device = opt_str(options, "device", "CPU").upper()
-        threads = opt_int(options, "threads", 1, minimum=1)
+        threads = opt_int(options, "threads", 1, minimum=1, maximum=MAX_THREADS)
         self.precision = opt_choice(options, "precision", "f32", PRECISIONS)
         pinning = opt_bool(options, "pinning", False)
         properties = opt_str_map(options, "properties", as_str=False)

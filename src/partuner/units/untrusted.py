@@ -1,24 +1,36 @@
-"""Which units a plan file's ``partuner.units`` section may define.
+"""Which units an untrusted file (a plan file's ``partuner.units`` section, a profiling kit's
+results) may define.
 
 Plan files travel between people (NEST-C plans are exchange files), so a plan is untrusted: it
 may only define units that neither run a program nor load code. That is an allow-list of
 backends and their options: ``onnxruntime`` (built-in execution providers, a few numeric session
 config entries), ``openvino`` (built-in devices, a few scheduling properties) and ``modeled``.
 ``external`` units (a compile command, a runner module), entry-point backends (third-party code),
-onnxruntime config entries that write files (``ep.context_file_path``...) and OpenVINO properties
-such as ``CACHE_DIR`` are refused: such units come from a units file the user passes
-(``--units FILE``). See ``docs/plan-file.md``.
+onnxruntime config entries that write files (``ep.context_file_path``...), OpenVINO properties
+such as ``CACHE_DIR`` and thread counts above ``MAX_THREADS`` are refused: such units come from
+a units file the user passes (``--units FILE``). See ``docs/plan-file.md``.
 """
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Mapping
 from typing import Any
 
 from partuner.errors import PlanFileError
-from partuner.export.planfile import short_repr
+from partuner.units.base import MAX_THREADS
 
 __all__ = ["SAFE_BACKENDS", "check_plan_units"]
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlevel = 3
+
+
+def short_repr(value: object) -> str:
+    """A short ``repr`` for messages, however big or nested ``value`` is."""
+    return _REPR.repr(value)
+
 
 #: options every backend takes (``units/base.py`` ``COMMON_OPTIONS``)
 _COMMON = frozenset({"cores", "ops", "memory_mb", "remote"})
@@ -67,6 +79,15 @@ def _plain(value: object) -> bool:
     return isinstance(value, _SCALAR) or (
         isinstance(value, list) and all(isinstance(v, _SCALAR) for v in value)
     )
+
+
+def _too_many(value: object) -> bool:
+    """A number of threads, streams or requests no unit needs (a hostile plan's 10^5 threads
+    would hang the process)."""
+    try:
+        return not isinstance(value, bool) and float(value) > MAX_THREADS  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
 
 
 def _remote_value(value: object) -> bool:
@@ -122,6 +143,7 @@ def check_plan_units(units: Mapping[str, Any], where: str, kind: str = "a plan f
                 continue
             if key in _SAFE_KEYS and isinstance(value, Mapping):
                 bad = [k for k in value if k not in _SAFE_KEYS[key] or not _plain(value[k])]
+                bad += [k for k in value if _too_many(value[k])]
                 if bad:
                     raise PlanFileError(
                         f"{what}: {key} entry {short_repr(bad[0])} is not one a plan may set "
