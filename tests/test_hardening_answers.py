@@ -284,3 +284,20 @@ def test_progress_lines_on_a_piped_stderr(files):
         r = _run("tune", files / "branchy.onnx", *common, "-o", files / "o", "--repeat", 1, quiet)
         assert r.returncode == 0, r.stderr
         assert all(x.startswith("WARNING") for x in r.stderr.splitlines()), r.stderr
+
+
+def test_ctrl_c_while_the_command_line_starts_is_one_line():
+    """Found by a new-user trial: Ctrl-C in the first ~0.7 s (imports) printed a traceback."""
+    import signal
+    import time
+
+    p = subprocess.Popen(
+        [PARTUNER, "inspect", "zoo:branchy"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    time.sleep(0.1)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    text = err.decode()
+    assert p.returncode == 130, text
+    assert "Traceback" not in text
+    assert text.strip().splitlines()[-1].startswith("partuner: error: interrupted")

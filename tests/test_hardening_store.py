@@ -340,3 +340,29 @@ def test_read_only_store_via_cli(open_dir):
     )
     line = _one_line_error(proc)
     assert str(db) in line and "read-only" in line
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        "median_us='abc'",
+        "detail=x'00ff'",
+        "median_us=-2.5",
+        "median_us=NULL",
+    ],
+    ids=["text-time", "blob-detail", "negative-time", "null-time-of-an-ok-row"],
+)
+def test_a_row_edited_by_hand_is_one_line_naming_the_store(tmp_path, update):
+    """Found by a new-user trial: a text time or a blob detail ended `plan` in a TypeError."""
+    import sqlite3
+
+    from partuner.profile.store import Measurement, ProfileStore
+
+    db = tmp_path / "p.db"
+    with ProfileStore(db) as store:
+        store.put("fp", "sig", Measurement(3.0, 2.0, 4.0, 5))
+    with sqlite3.connect(db) as raw:
+        raw.execute(f"UPDATE measurements SET {update}")
+    with ProfileStore(db) as store, pytest.raises(ProfileError) as exc:
+        store.get("fp", "sig")
+    assert str(db) in str(exc.value) and "\n" not in str(exc.value)

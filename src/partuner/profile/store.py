@@ -278,14 +278,21 @@ class ProfileStore:
             ).fetchone()
         if row is None:
             return None
-        return Measurement(
-            row[0] if row[0] is not None else float("inf"),
-            row[1] if row[1] is not None else float("inf"),
-            row[2] if row[2] is not None else float("inf"),
-            row[3] or 0,
-            row[4],
-            row[5] or "",
+        times = [float("inf") if v is None else v for v in row[:3]]
+        ok = all(
+            isinstance(t, int | float) and not isinstance(t, bool) and (t >= 0 or t != t)
+            for t in times
         )
+        if ok and row[4] == OK:  # a measured time must be a finite number >= 0
+            ok = all(0 <= t < float("inf") for t in times)
+        ok = ok and isinstance(row[3], int | type(None)) and isinstance(row[4], str)
+        if not ok or not isinstance(row[5], str | type(None)):
+            raise ProfileError(
+                f"profile store {self.path} holds a malformed row for {signature[:60]!r} "
+                f"(unit fingerprint {fingerprint}): {[row[0], row[4]]!r}; was it edited by "
+                "hand? pass another --db to profile again (nothing was deleted)"
+            )
+        return Measurement(*times, row[3] or 0, row[4], row[5] or "")
 
     def put(self, fingerprint: str, signature: str, m: Measurement, description: str = "") -> None:
         """Store one measurement and commit at once (an error leaves every earlier row)."""
