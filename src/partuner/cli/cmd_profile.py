@@ -381,6 +381,9 @@ def _render(
             r["costs_from"],
         )
     console.print(t)
+    for r in summary:
+        if r["regions"]:
+            _render_regions(r["unit"], r["regions"])
     for link in links:
         size = "zero-copy" if math.isinf(link["gbps"]) else f"+ bytes / {link['gbps']:.3g} GB/s"
         console.print(
@@ -393,6 +396,31 @@ def _render(
         console.print(f"  [yellow]{unit} could not time {node}[/yellow] {again}: {why}")
     for f in files:
         console.print(f"wrote {f}")
+
+
+def _render_regions(unit: str, regions: list[dict[str, Any]], shown: int = 12) -> None:
+    """The regions of a unit that runs only part of the model, each timed as one sub-model."""
+    console.print(
+        f"unit {unit} runs only part of the model: {len(regions)} region(s) of nodes it runs, "
+        "each timed as one sub-model, with the backend's per-layer profile in context"
+    )
+    t = Table(show_edge=False)
+    for c in ("region", "nodes", "whole", "in context", "additivity error", "costs"):
+        t.add_column(c, justify="left" if c in ("region", "costs") else "right")
+    big = sorted(regions, key=lambda r: -r["nodes"])[:shown]
+    for r in sorted(big, key=regions.index):
+        first, last = r["first"], r["last"]
+        t.add_row(
+            first if r["nodes"] == 1 else f"{first}..{last}",
+            str(r["nodes"]),
+            "-" if r["whole_ms"] is None else f"{r['whole_ms']:.3f} ms",
+            "-" if r["in_context_parts_ms"] is None else f"{r['in_context_parts_ms']:.3f} ms",
+            _pct(r["additivity_error"]),
+            r["costs_from"] + (f": {r['reason']}" if r["reason"] else ""),
+        )
+    console.print(t)
+    if len(regions) > shown:
+        console.print(f"  ... and {len(regions) - shown} smaller region(s) (--json lists all)")
 
 
 def _pct(err: float | None) -> str:

@@ -70,8 +70,25 @@ def unit_summary(profile: Any) -> list[dict[str, Any]]:
                 "sum_of_parts_ms": None if up.parts_us is None else up.parts_us / 1e3,
                 "additivity_error": up.additivity_error,
                 "costs_from": up.costs_from,
-                "in_context_additivity_error": up.layer_additivity_error,
+                "in_context_additivity_error": up.layer_additivity_error
+                if up.layer_additivity_error is not None
+                else up.region_error,
                 "scale": up.scale,
+                "regions": [_region_row(r) for r in up.regions],
             }
         )
     return rows
+
+
+def _region_row(r: Any) -> dict[str, Any]:
+    """One region of a unit that runs only part of the model, as ``profile --json`` shows it."""
+    return {
+        "nodes": len(r.nodes),
+        "first": r.nodes[0],
+        "last": r.nodes[-1],
+        "whole_ms": None if r.whole_us is None else r.whole_us / 1e3,
+        "in_context_parts_ms": None if r.parts_us is None else r.parts_us / 1e3,
+        "additivity_error": r.error,
+        "costs_from": r.source,
+        "reason": r.reason,
+    }

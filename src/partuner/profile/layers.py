@@ -24,13 +24,24 @@ may stand for):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from partuner.graph import ModelGraph
 from partuner.profile.groups import next_in_chain
+from partuner.profile.measure import failure
+from partuner.profile.store import OK, REFUSED, UNSUPPORTED, Measurement
 
-__all__ = ["LayerMap", "map_layers"]
+if TYPE_CHECKING:
+    import onnx
+
+    from partuner.units import Unit
+
+__all__ = ["LayerMap", "layer_row", "map_layers"]
 
 Kernel = tuple[Sequence[str], float]
 
@@ -137,3 +148,18 @@ def _walk(start: str, step: object, home: Mapping[str, int], limit: int = 3) -> 
         if x in home:
             return x
     return None
+
+
+def layer_row(unit: Unit, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> Measurement:
+    """``unit``'s per-layer profile of ``model`` run on ``feeds``, as a store row: the kernel
+    time in total, the kernels (names, µs) in ``detail``; ``unsupported`` if the backend has
+    no per-layer profiling, ``failed``/``unsupported`` (:func:`failure`) if it raised."""
+    try:
+        found = unit.layer_times(model, dict(feeds))
+    except Exception as exc:
+        return failure(exc)
+    if not found:
+        return Measurement(0.0, 0.0, 0.0, 0, UNSUPPORTED, f"{REFUSED} no per-layer profiling")
+    total = sum(t for _, t in found)
+    detail = json.dumps([[list(k), t] for k, t in found])
+    return Measurement(total, total, total, len(found), OK, detail)

@@ -48,8 +48,9 @@ from partuner.profile.groups import (
     fused_saving,
     group_signature,
 )
-from partuner.profile.layers import LayerMap, map_layers
-from partuner.profile.measure import failure, overhead_model, random_feeds, time_model
+from partuner.profile.layers import LayerMap, layer_row, map_layers
+from partuner.profile.measure import overhead_model, random_feeds, time_model
+from partuner.profile.regions import RegionCosts, RegionStat, profile_regions
 from partuner.profile.signature import model_digest, node_signature
 from partuner.profile.store import (
     FAILED,
@@ -99,6 +100,7 @@ class UnitProfile:
     fused_parts_us: float | None = None  # parts_us less the fused groups' savings (unscaled)
     layer_parts_us: float | None = None  # no-op call + the backend's per-layer kernel times
     layer_mapped: float | None = None  # share of the kernel time mapped to ONNX nodes
+    regions: tuple[RegionStat, ...] = ()  # a unit that cannot run the whole model: its regions
 
     @property
     def additivity_error(self) -> float | None:
@@ -118,10 +120,22 @@ class UnitProfile:
 
     @property
     def costs_from(self) -> str:
-        """Where the node costs come from: ``layers`` (in context), ``isolated`` or ``modeled``."""
+        """Where the node costs come from: ``layers`` (the whole model's per-layer profile),
+        ``regions`` (a restricted unit's regions, each timed in context), ``isolated`` or
+        ``modeled``."""
         if self.modeled:
             return "modeled"
-        return "layers" if self.layer_parts_us is not None else "isolated"
+        if self.layer_parts_us is not None:
+            return "layers"
+        if any(r.source != "isolated" for r in self.regions):
+            return "regions"
+        return "isolated"
+
+    @property
+    def region_error(self) -> float | None:
+        """The largest in-context additivity error (by magnitude) of the unit's regions."""
+        errs = [r.error for r in self.regions if r.error is not None]
+        return max(errs, key=abs) if errs else None
 
 
 def _rel(parts: float | None, whole: float | None) -> float | None:
@@ -185,6 +199,8 @@ def _label(sig: str) -> str:
         return f"the model cut in {rest.split('#')[1].lstrip('k')} chunk(s)"
     if head == "__layers__":
         return "the per-layer profile"
+    if head == "__region__":
+        return "a region of the model"
     if "+" in sig:
         return "the fused group " + "+".join(part.split("#")[0] for part in sig.split("+"))
     return head
@@ -212,6 +228,27 @@ def _resolve_units(
     if not active:
         raise UnitUnavailableError("no unit of the units file is available here")
     return active, skipped
+
+
+def _drop_idle_units(graph: ModelGraph, active: dict[str, Unit], skipped: dict[str, str]) -> None:
+    """Leave out (with a warning, into ``skipped``) the units that can run no node of ``graph``:
+    the plan is made without them."""
+    nodes = graph.compute_nodes
+    for name, unit in list(active.items()):
+        if any(unit.supports(n, graph) for n in nodes):
+            continue
+        ops = ", ".join(sorted(unit.ops)) if unit.ops is not None else "every op"
+        have = ", ".join(sorted({n.op_type for n in nodes}))
+        why = f"it can run none of the model's {len(nodes)} nodes (its ops: {ops}; "
+        why += f"the model has {have})"
+        log.warning("unit %s: %s; planning without it", name, why)
+        skipped[name] = why
+        del active[name]
+    if not active:
+        raise UnitUnavailableError(
+            "no unit of the units file can run any node of this model; add the model's op "
+            "types to a unit's 'ops' list, or give a unit no 'ops' list (it then runs every op)"
+        )
 
 
 def profile_model(
@@ -258,6 +295,7 @@ def profile_model(
     remote = dict(remote or {})
     active, skipped = _resolve_units(units, remote, skip_unavailable)
     nodes = graph.compute_nodes
+    _drop_idle_units(graph, active, skipped)
     order = [n.name for n in nodes]
     sig_of = {n.name: node_signature(graph, n) for n in nodes}
     rep: dict[str, str] = {}  # signature -> first node with it
@@ -271,9 +309,11 @@ def profile_model(
     explicit = {gsig_of[c] for c, e in cands if e}
 
     fps = {n: remote.get(n) or u.fingerprint() for n, u in active.items() if not u.modeled}
-    by_fp: dict[str, list[str]] = {}
+    # units measured together: equal fingerprints and equal op lists (a unit restricted to some
+    # ops is costed on its own regions; node rows are still shared through the store)
+    by_fp: dict[tuple[str, frozenset[str] | None], list[str]] = {}
     for name, fp in fps.items():
-        by_fp.setdefault(fp, []).append(name)
+        by_fp.setdefault((fp, active[name].ops), []).append(name)
     total = len(by_fp) * (len(rep) + len(grep) + 2) + 1
     done = measured = reused = 0
     missing: list[tuple[str, str]] = []
@@ -299,7 +339,7 @@ def profile_model(
             measured += 1
             if store is not None:
                 store.put(fp, sig, m, description=str(unit.describe()))
-        if m.status == FAILED:
+        if m.status == FAILED and not sig.startswith("__region__"):  # regions.py says why
             log.warning(
                 "unit %s: timing %s failed (%s); it counts as unable to run it in this profile "
                 "only, and the next profiling run times it again",
@@ -316,7 +356,7 @@ def profile_model(
     failed: list[tuple[str, str, str]] = []
     digest = model_digest(graph)
     kept_any: set[tuple[str, ...]] = set()
-    for fp, names in by_fp.items():
+    for (fp, _), names in by_fp.items():
         local = [n for n in names if n not in remote]
         can_time = bool(local)
         unit = active[(local or names)[0]]
@@ -387,12 +427,18 @@ def profile_model(
                 # is ruinous (the planner still sees that every cut costs a lot)
                 overhead = min(max(overhead, fit.per_partition_us), whole / 2)
                 per_byte = fit.per_byte_us
+        reg: RegionCosts | None = None
+        if not math.isfinite(parts) and calibrate:
+            reg = profile_regions(unit, graph, look, node_raw, call_us, budget_s, layers)
+            if reg is not None and reg.fit is not None:
+                overhead = min(max(overhead, reg.fit.per_partition_us), reg.fit.whole_us / 2)
+                per_byte = reg.fit.per_byte_us
         tick(f"{names[0]}: the model cut in context")
         lmap: LayerMap | None = None
         if layers and whole is not None:
 
             def make_layers(u: Unit = unit) -> Measurement:
-                return _layer_measurement(u, graph)
+                return layer_row(u, graph.model, random_feeds(graph, list(graph.inputs)))
 
             lm = look(f"__layers__#{digest}", make_layers)
             if lm is not None and lm.status == OK and lm.detail:
@@ -419,6 +465,9 @@ def profile_model(
             mine = [(c, sum(base[m] for m in c)) for c, _ in mine]
         elif calibrate and whole is not None and fused > call_us:
             scale = max(whole - overhead, 0.0) / (fused - call_us)
+        elif reg is not None:  # in context, region by region; fusion is in the costs
+            base.update(reg.costs(overhead))
+            mine = [(c, sum(base[m] for m in c)) for c, _ in mine]
         finite = math.isfinite(parts)
         for name in names:
             uprof[name] = UnitProfile(
@@ -434,6 +483,7 @@ def profile_model(
                 fused_parts_us=fused if finite and cands else None,
                 layer_parts_us=None if lmap is None else call_us + lmap.total_us,
                 layer_mapped=None if lmap is None else lmap.mapped_us / max(lmap.total_us, 1e-9),
+                regions=() if reg is None else reg.stats,
             )
             for n in order:
                 costs[n][name] = base[n] * scale
@@ -471,19 +521,6 @@ def profile_model(
         links_measured=lp.measured,
         remote=remote,
     )
-
-
-def _layer_measurement(unit: Unit, graph: ModelGraph) -> Measurement:
-    """The unit's per-layer profile of the whole model as a store row (kernels in ``detail``)."""
-    try:
-        found = unit.layer_times(graph.model, random_feeds(graph, list(graph.inputs)))
-    except Exception as exc:
-        return failure(exc)
-    if not found:
-        return Measurement(0.0, 0.0, 0.0, 0, UNSUPPORTED, f"{REFUSED} no per-layer profiling")
-    total = sum(t for _, t in found)
-    detail = json.dumps([[list(k), t] for k, t in found])
-    return Measurement(total, total, total, len(found), OK, detail)
 
 
 def _check_missing(missing: list[tuple[str, str]], remote: Mapping[str, str]) -> None:

@@ -1,0 +1,243 @@
+"""In-context costs for a unit that runs only part of a model: its maximal supported regions.
+
+A unit with an ``ops`` list (an NPU that runs convolutions and pooling, everything else falling
+back to a CPU) cannot run the whole model, so there is no whole-model run to map per-layer
+times from. Its nodes timed alone, each as its own sub-model, cost several times what they cost
+inside a larger compiled sub-model (layout conversions and a fresh output buffer per call). So
+such a unit is profiled on its *regions*: the weakly connected components of the nodes it
+supports (the unsupported nodes cut out), each run as one sub-model, in context:
+
+- each region is timed as one call (``__region__`` rows), and the backend's own per-layer
+  profile of it (``__layers__`` rows of the region) is mapped back to its ONNX nodes as for a
+  whole model (``profile/layers.py``); a region whose profile maps too little, or a backend
+  without one, keeps its nodes' isolated times on the region's scale;
+- the node costs of a region are scaled so that, with the unit's per-partition cost, they add
+  up to the region's measured time: a plan that runs the region as one partition is charged
+  what it was measured to take;
+- the per-partition and per-byte costs of cutting come from the largest region cut into chunks
+  (``profile/context.py``), as the whole model's do on a unit that runs everything;
+- a region the backend cannot compile (or whose timing fails) is named with the backend's
+  reason; its nodes keep their isolated costs (the fallback), and its row is stored as
+  ``unsupported``/``failed``, never as measured.
+
+The in-context additivity error of a region is (no-op call + the kernel times of its per-layer
+profile - the region's time) / the region's time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from partuner.export.cut import cut_nodes
+from partuner.graph import ModelGraph, load_model
+from partuner.profile.context import ChainFit, fit_chain_costs, measure_chains
+from partuner.profile.layers import layer_row, map_layers
+from partuner.profile.measure import failure, random_feeds, time_model
+from partuner.profile.signature import model_digest
+from partuner.profile.store import FAILED, OK, Measurement
+from partuner.units import Unit
+
+__all__ = ["RegionStat", "RegionCosts", "profile_regions", "supported_regions"]
+
+log = logging.getLogger(__name__)
+
+Lookup = Callable[..., Measurement | None]
+
+#: the least share of a region's per-layer profile that must map to its nodes (as for a model)
+MIN_MAPPED = 0.8
+
+
+@dataclass(frozen=True)
+class RegionStat:
+    """What was measured of one region of a restricted unit."""
+
+    nodes: tuple[str, ...]  # in the model's order
+    whole_us: float | None  # the region as one call (None: it could not be timed)
+    parts_us: float | None  # no-op call + its per-layer kernel times (None: no profile)
+    source: str  # node costs from: "layers" (in context), "region" (isolated, on the
+    # region's scale) or "isolated" (the region could not be timed: the fallback)
+    reason: str = ""  # why the fallback, where there is one
+
+    @property
+    def error(self) -> float | None:
+        """In-context additivity error: (parts - whole) / whole; None if not measured."""
+        if self.whole_us is None or self.parts_us is None or self.whole_us <= 0:
+            return None
+        return (self.parts_us - self.whole_us) / self.whole_us
+
+    @property
+    def label(self) -> str:
+        """``first..last (N nodes)``, for messages and tables."""
+        if len(self.nodes) == 1:
+            return f"{self.nodes[0]} (1 node)"
+        return f"{self.nodes[0]}..{self.nodes[-1]} ({len(self.nodes)} nodes)"
+
+
+@dataclass(frozen=True)
+class RegionCosts:
+    """A restricted unit's regions: stats, in-context node costs, the fitted cost of cuts."""
+
+    stats: tuple[RegionStat, ...]
+    base: dict[str, float]  # node -> in-context µs (unscaled), for nodes of timed regions
+    fit: ChainFit | None  # the largest timed region cut into chunks
+
+    def costs(self, overhead_us: float) -> dict[str, float]:
+        """Node costs scaled per region so that ``overhead_us`` + its nodes = its time."""
+        out: dict[str, float] = {}
+        for r in self.stats:
+            if r.whole_us is None or r.source == "isolated":
+                continue
+            total = sum(self.base[n] for n in r.nodes)
+            scale = max(r.whole_us - overhead_us, 0.0) / total if total > 0 else 1.0
+            out.update({n: self.base[n] * scale for n in r.nodes})
+        return out
+
+
+def supported_regions(graph: ModelGraph, supported: set[str]) -> list[tuple[str, ...]]:
+    """The weakly connected components of ``supported`` compute nodes (edges between two
+    supported nodes only), each in the model's order, ordered by their first node.
+
+    Examples
+    --------
+    >>> from partuner.graph import load_model, zoo
+    >>> g = load_model(zoo.build("resnet18", image_size=32))
+    >>> on = {n.name for n in g.compute_nodes if n.op_type != "Add"}
+    >>> regions = supported_regions(g, on)
+    >>> len(regions) > 1 and sum(map(len, regions)) == len(on)
+    True
+    """
+    order = [n.name for n in graph.compute_nodes if n.name in supported]
+    parent = {n: n for n in order}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for n in order:
+        for p in graph.predecessors(n):
+            if p in parent:
+                a, b = find(n), find(p)
+                if a != b:
+                    parent[max(a, b, key=order.index)] = min(a, b, key=order.index)
+    groups: dict[str, list[str]] = {}
+    for n in order:
+        groups.setdefault(find(n), []).append(n)
+    return [tuple(g) for g in groups.values()]
+
+
+def _region_key(digest: str, nodes: tuple[str, ...]) -> str:
+    return f"{digest}#{hashlib.sha1('|'.join(nodes).encode()).hexdigest()[:12]}"
+
+
+def profile_regions(
+    unit: Unit,
+    graph: ModelGraph,
+    look: Lookup,
+    node_raw: Mapping[str, float],
+    call_us: float,
+    budget_s: float,
+    layers: bool = True,
+) -> RegionCosts | None:
+    """Time ``unit``'s maximal supported regions of ``graph`` in context.
+
+    ``look(signature, make, label)`` returns a stored row or makes (and stores) one, as in the
+    profiler; ``node_raw`` holds the isolated (net) node times, ``inf`` where the unit cannot
+    run a node. Returns ``None`` when the unit supports no node.
+    """
+    supported = {n for n, t in node_raw.items() if math.isfinite(t)}
+    regions = supported_regions(graph, supported)
+    if not regions:
+        return None
+    digest = model_digest(graph)
+    stats: list[RegionStat] = []
+    base: dict[str, float] = {}
+    sub: dict[tuple[str, ...], ModelGraph] = {}
+    for nodes in regions:
+        key = _region_key(digest, nodes)
+        label = f"the region {RegionStat(nodes, None, None, '').label}"
+        try:
+            model, ins, _ = cut_nodes(graph, "region", nodes, check=False)
+        except Exception as exc:  # a region that cannot even be cut: its isolated costs
+            stats.append(RegionStat(nodes, None, None, "isolated", failure(exc).detail))
+            continue
+
+        def make(m=model, i=ins) -> Measurement:  # type: ignore[no-untyped-def]
+            return time_model(unit, m, random_feeds(graph, i), budget_s)
+
+        row = look(f"__region__#{key}", make, label)
+        if row is None or row.status != OK:
+            why = "not measured" if row is None else row.detail
+            if row is not None:
+                log.warning(
+                    "unit %s: %s could not be run as one sub-model (%s); its nodes keep their "
+                    "isolated costs%s",
+                    unit.name,
+                    label,
+                    why,
+                    " (timed again by the next profiling run)" if row.status == FAILED else "",
+                )
+            stats.append(RegionStat(nodes, None, None, "isolated", why))
+            continue
+        kernels = None
+        if layers:
+
+            def make_layers(m=model, i=ins) -> Measurement:  # type: ignore[no-untyped-def]
+                return layer_row(unit, m, random_feeds(graph, i))
+
+            lm = look(f"__layers__#{key}", make_layers, f"the per-layer profile of {label}")
+            if lm is not None and lm.status == OK and lm.detail:
+                kernels = [(tuple(k), float(t)) for k, t in json.loads(lm.detail)]
+        source, parts = "region", None
+        mine = {n: node_raw[n] for n in nodes}
+        if kernels is not None:
+            try:
+                rgraph = sub.get(nodes) or load_model(model)
+            except Exception:  # noqa: BLE001 - mapping is an improvement, never a need
+                rgraph = None
+            if rgraph is not None:
+                sub[nodes] = rgraph
+                lmap = map_layers(rgraph, kernels, mine)
+                parts = call_us + lmap.total_us
+                if lmap.mapped_us >= MIN_MAPPED * lmap.total_us and lmap.costs:
+                    cov = sum(mine[n] for n in lmap.costs)
+                    ratio = sum(lmap.costs.values()) / cov if cov > 0 else 1.0
+                    mine = {n: lmap.costs.get(n, mine[n] * ratio) for n in nodes}
+                    source = "layers"
+        base.update(mine)
+        stats.append(RegionStat(nodes, row.median_us, parts, source))
+    return RegionCosts(tuple(stats), base, _fit_largest(unit, graph, stats, sub, look, budget_s))
+
+
+def _fit_largest(
+    unit: Unit,
+    graph: ModelGraph,
+    stats: list[RegionStat],
+    sub: dict[tuple[str, ...], ModelGraph],
+    look: Lookup,
+    budget_s: float,
+) -> ChainFit | None:
+    """The cost of cutting, fitted on the largest timed region cut into chunks."""
+    timed = [r for r in stats if r.whole_us is not None]
+    if not timed:
+        return None
+    big = max(timed, key=lambda r: (len(r.nodes), -graph.node(r.nodes[0]).index))
+    if len(big.nodes) < 4:
+        return None
+    rgraph = sub.get(big.nodes)
+    if rgraph is None:
+        try:
+            rgraph = load_model(cut_nodes(graph, "region", big.nodes, check=False)[0])
+        except Exception:  # noqa: BLE001 - without it, cuts cost the no-op call
+            return None
+    return fit_chain_costs(
+        measure_chains(
+            unit, rgraph, lambda s, m: look(s, m), model_digest(rgraph), max(budget_s, 0.5)
+        )
+    )

@@ -1,0 +1,157 @@
+"""In-context costs for units that run only part of a model: its maximal supported regions."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+from partuner.cli import main
+from partuner.errors import UnitError, UnitUnavailableError
+from partuner.graph import load_model, zoo
+from partuner.profile import ProfileStore, profile_model
+from partuner.profile.regions import supported_regions
+from partuner.profile.store import OK
+from partuner.units import OnnxruntimeUnit, register_backend, units_from_mapping
+
+NO_CONCAT = ["Conv", "Relu", "MaxPool", "GlobalAveragePool", "Flatten"]
+
+
+@register_backend("test-regions-refuse")
+class RefusingUnit(OnnxruntimeUnit):
+    """onnxruntime that refuses any sub-model of more than one node (a picky compiler)."""
+
+    def prepare(self, model):
+        if len(model.graph.node) > 1:
+            raise UnitError(f"unit {self.name!r}: the compiler refuses fused sub-graphs")
+        return super().prepare(model)
+
+
+@pytest.fixture(scope="module")
+def squeeze():
+    return load_model(zoo.build("squeezenet", image_size=32))
+
+
+def _units(npu: dict) -> object:
+    return units_from_mapping(
+        {"units": {"cpu": {"backend": "onnxruntime", "threads": 1}, "npu": npu}}
+    )
+
+
+def _toy():
+    """a -> b (Softmax) -> c, and a -> d: with Softmax unsupported, {a, d} and {c}."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    outs = [helper.make_tensor_value_info(v, TensorProto.FLOAT, [1, 4]) for v in ("c", "d")]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="a"),
+        helper.make_node("Softmax", ["a"], ["b"], name="b"),
+        helper.make_node("Relu", ["b"], ["c"], name="c"),
+        helper.make_node("Sigmoid", ["a"], ["d"], name="d"),
+    ]
+    g = helper.make_graph(nodes, "toy", [x], outs)
+    return load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_regions_are_the_connected_components_of_supported_nodes():
+    g = _toy()
+    assert supported_regions(g, {"a", "c", "d"}) == [("a", "d"), ("c",)]
+    assert supported_regions(g, {"a", "b", "c", "d"}) == [("a", "b", "c", "d")]
+    assert supported_regions(g, set()) == []
+
+
+def test_a_restricted_unit_is_costed_in_context_region_by_region(squeeze, tmp_path):
+    units = _units({"backend": "onnxruntime", "threads": 1, "ops": NO_CONCAT})
+    with ProfileStore(tmp_path / "p.db") as store:
+        prof = profile_model(squeeze, units, store=store, budget_s=0.02)
+        again = profile_model(squeeze, units, store=store, budget_s=0.02)
+        rows = [store.get(prof.units["npu"].fingerprint, s) for s in _region_sigs(store)]
+    up = prof.units["npu"]
+    assert up.whole_us is None and up.costs_from == "regions"
+    concat = {n.name for n in squeeze.compute_nodes if n.op_type == "Concat"}
+    assert len(up.regions) == len(concat) + 1  # each Concat cuts the chain of fire modules
+    assert {n for r in up.regions for n in r.nodes} == {
+        n.name for n in squeeze.compute_nodes
+    } - concat
+    for r in up.regions:
+        assert r.source in ("layers", "region") and r.whole_us > 0
+        assert r.error is not None and math.isfinite(r.error)
+        # a plan running the region as one partition is charged what the region took
+        total = up.overhead_us + sum(prof.costs[n]["npu"] for n in r.nodes)
+        assert total == pytest.approx(r.whole_us, rel=1e-6) or r.whole_us < up.overhead_us
+    assert all(math.isinf(prof.costs[n]["npu"]) for n in concat)
+    assert up.region_error == max((r.error for r in up.regions), key=abs)
+    # stored as measured, and read back on the next run instead of timed again
+    assert rows and all(m is not None and m.status == OK for m in rows)
+    assert again.measured == 0 and again.units["npu"].regions == up.regions
+
+
+def _region_sigs(store: ProfileStore) -> list[str]:
+    cur = store._db.execute(  # noqa: SLF001 - the test reads the store's rows directly
+        "SELECT signature FROM measurements WHERE signature LIKE '\\_\\_region\\_\\_#%' ESCAPE '\\'"
+    )
+    return [r[0] for r in cur.fetchall()]
+
+
+def test_a_region_the_backend_refuses_keeps_isolated_costs_and_is_not_stored_as_measured(
+    squeeze, tmp_path, caplog
+):
+    units = _units({"backend": "test-regions-refuse", "threads": 1, "ops": NO_CONCAT})
+    with caplog.at_level(logging.WARNING), ProfileStore(tmp_path / "p.db") as store:
+        prof = profile_model(squeeze, units, store=store, budget_s=0.02)
+        rows = [store.get(prof.units["npu"].fingerprint, s) for s in _region_sigs(store)]
+    up = prof.units["npu"]
+    big = [r for r in up.regions if len(r.nodes) > 1]
+    assert big and all(r.source == "isolated" and r.whole_us is None for r in big)
+    assert all("refuses fused sub-graphs" in r.reason for r in big)
+    assert any("could not be run as one sub-model" in m and "refuses" in m for m in caplog.messages)
+    single = len(up.regions) - len(big)  # one-node regions compile: their rows are ok
+    assert len(rows) == len(up.regions) and sum(m.status == OK for m in rows) == single
+    assert all(
+        math.isfinite(prof.costs[n]["npu"]) and prof.costs[n]["npu"] >= 0
+        for r in big
+        for n in r.nodes
+    )
+
+
+def test_a_unit_that_can_run_nothing_is_left_out_with_one_line(squeeze, caplog):
+    units = _units({"backend": "onnxruntime", "threads": 1, "ops": ["Softmax"]})
+    with caplog.at_level(logging.WARNING):
+        prof = profile_model(squeeze, units, budget_s=0.02)
+    assert "npu" not in prof.units and "npu" in prof.skipped_units
+    assert [m for m in caplog.messages if "npu" in m and "none of the model's" in m]
+    none = units_from_mapping({"units": {"npu": {"backend": "onnxruntime", "ops": ["Softmax"]}}})
+    with pytest.raises(UnitUnavailableError, match="can run any node"):
+        profile_model(squeeze, none, budget_s=0.02)
+
+
+def test_cli_plans_without_an_idle_unit_and_profile_shows_regions(tmp_path):
+    runner = CliRunner()
+    model = tmp_path / "sq.onnx"
+    model.write_bytes(zoo.build("squeezenet", image_size=32).SerializeToString())
+    idle = tmp_path / "idle.yaml"
+    idle.write_text(
+        "units:\n  cpu: {backend: onnxruntime}\n  npu: {backend: onnxruntime, ops: [Softmax]}\n"
+    )
+    db = str(tmp_path / "p.db")
+    r = runner.invoke(main, ["plan", str(model), "--units", str(idle), "--db", db,
+                             "-o", str(tmp_path / "plan.yaml")])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "npu" not in (tmp_path / "plan.yaml").read_text().split("partitions")[-1]
+    restricted = tmp_path / "r.yaml"
+    restricted.write_text(
+        "units:\n  cpu: {backend: onnxruntime}\n"
+        f"  npu: {{backend: onnxruntime, ops: [{', '.join(NO_CONCAT)}]}}\n"
+    )
+    r = runner.invoke(main, ["profile", str(model), "--units", str(restricted), "--db", db])
+    assert r.exit_code == 0, r.output
+    assert "runs only part of the model" in r.output and "regions" in r.output
+    r = runner.invoke(
+        main, ["profile", str(model), "--units", str(restricted), "--db", db, "--json"]
+    )
+    npu = next(u for u in json.loads(r.output)["units"] if u["unit"] == "npu")
+    assert npu["costs_from"] == "regions" and len(npu["regions"]) == 9
+    assert all(x["whole_ms"] > 0 and x["additivity_error"] is not None for x in npu["regions"])
