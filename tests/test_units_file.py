@@ -183,7 +183,7 @@ UNITS_OK = "units:\n  cpu0: {backend: onnxruntime}\n  npu: {backend: modeled, gf
         ),
         (
             "units:\n  ov: {backend: openvino, precision: int4}\n",
-            r"unit 'ov': option 'precision' must be one of \['f32', 'bf16', 'f16'\]",
+            r"unit 'ov': option 'precision' must be one of \['f32', 'bf16', 'f16', 'auto'\]",
         ),
         ("units:\n  cpu0: {backend: onnxruntime, cores: zero}\n", "option 'cores' must be"),
         (

@@ -7,9 +7,12 @@ Options
 -------
 device : ``CPU`` (default), ``GPU``, ``NPU`` or an indexed name such as ``GPU.1``.
 threads : ``INFERENCE_NUM_THREADS`` (CPU only), integer >= 1, default 1.
-precision : ``f32`` (default), ``bf16`` or ``f16``, always passed as
+precision : ``f32`` (default), ``bf16``, ``f16`` or ``auto``, always passed as
     ``INFERENCE_PRECISION_HINT``: on CPUs with AMX/AVX512-BF16 OpenVINO otherwise picks bf16
-    silently.
+    silently. ``auto`` is ``bf16`` where the device's ``OPTIMIZATION_CAPABILITIES`` include
+    ``BF16``, else ``f32``; it is resolved on first use (checking, preparing, fingerprinting)
+    and kept, and :attr:`OpenvinoUnit.precision`, the compile hint and the fingerprint are the
+    resolved one, while ``options["precision"]`` and ``spec()`` keep ``auto``.
 pinning : ``ENABLE_CPU_PINNING`` (CPU only), default ``false``. OpenVINO pins by default, and
     two 1-thread units pinned that way land on the same core (the speedup of two units at once,
     pinned and not, is measured by ``benchmarks/unit_settings_bench.py``).
@@ -52,6 +55,8 @@ log = logging.getLogger(__name__)
 
 INSTALL_HINT = "openvino is not installed: pip install partuner[openvino]"
 PRECISIONS = ("f32", "bf16", "f16")
+#: the ``precision`` that picks bf16 or f32 from the device's capabilities
+AUTO = "auto"
 _CAPABILITY = {"bf16": "BF16", "f16": "FP16", "f32": "FP32"}
 
 _core_lock = threading.Lock()
@@ -79,6 +84,19 @@ def _get_core() -> Any:
         if _core is None:
             _core = ov.Core()
         return _core
+
+
+def _has_device(devices: list[str], device: str) -> bool:
+    """Whether OpenVINO's ``devices`` hold ``device`` (``GPU`` matches ``GPU.0``)."""
+    return device in devices or any(d.split(".")[0] == device for d in devices)
+
+
+def _capabilities(core: Any, device: str) -> list[str]:
+    """The device's ``OPTIMIZATION_CAPABILITIES`` (empty where the plugin does not say)."""
+    try:
+        return [str(c) for c in core.get_property(device, "OPTIMIZATION_CAPABILITIES")]
+    except Exception:
+        return []
 
 
 def _first_line(exc: BaseException) -> str:
@@ -181,7 +199,8 @@ class OpenvinoUnit(Unit):
     OPTIONS = {
         "device": "OpenVINO device: CPU (default), GPU, NPU, GPU.1, ...",
         "threads": "INFERENCE_NUM_THREADS on CPU, integer >= 1 (default 1)",
-        "precision": "INFERENCE_PRECISION_HINT: f32 (default), bf16, f16",
+        "precision": "INFERENCE_PRECISION_HINT: f32 (default), bf16, f16, or auto (bf16 where "
+        "the device has BF16, else f32)",
         "pinning": "true/false: ENABLE_CPU_PINNING on CPU (default false)",
         "properties": "mapping of extra compile properties",
     }
@@ -189,16 +208,51 @@ class OpenvinoUnit(Unit):
     def _configure(self, options: dict[str, Any]) -> dict[str, Any]:
         device = opt_str(options, "device", "CPU").upper()
         threads = opt_int(options, "threads", 1, minimum=1, maximum=MAX_THREADS)
-        self.precision = opt_choice(options, "precision", "f32", PRECISIONS)
+        self.precision = opt_choice(options, "precision", "f32", (*PRECISIONS, AUTO))
+        if self._asked == AUTO and self.remote is not None:
+            raise UnitError(
+                "option 'precision' cannot be auto on a remote unit: auto is resolved on the "
+                "machine that runs the unit, not here; write precision: f32 or bf16"
+            )
         pinning = opt_bool(options, "pinning", False)
         properties = opt_str_map(options, "properties", as_str=False)
         return {
             "device": device,
             "threads": threads,
-            "precision": self.precision,
+            "precision": self._asked,
             "pinning": pinning,
             "properties": properties,
         }
+
+    @property
+    def precision(self) -> str:
+        """The precision the unit runs at: the option, with ``auto`` resolved on first use from
+        the device's capabilities (``f32`` while OpenVINO or the device cannot be asked)."""
+        if self._resolved is None:
+            self._resolved = self._resolve_auto()
+        return self._resolved or "f32"
+
+    @precision.setter
+    def precision(self, value: str) -> None:
+        self._asked = value
+        self._resolved: str | None = None if value == AUTO else value
+
+    def _resolve_auto(self) -> str | None:
+        """``bf16`` where the device lists ``BF16`` among its ``OPTIMIZATION_CAPABILITIES``,
+        else ``f32``; ``None`` (not kept: asked again next time) while OpenVINO is not
+        installed or does not see the device."""
+        try:
+            core = _get_core()
+            devices = list(core.available_devices)
+        except Exception:
+            return None
+        device = self.options["device"]
+        if not _has_device(devices, device):
+            return None
+        caps = _capabilities(core, device)
+        chosen = "bf16" if "BF16" in caps else "f32"
+        log.debug("unit %r: precision auto -> %s (capabilities %s)", self.name, chosen, caps)
+        return chosen
 
     @property
     def _on_cpu(self) -> bool:
@@ -237,24 +291,24 @@ class OpenvinoUnit(Unit):
             devices = list(core.available_devices)
         except Exception as exc:
             return False, f"OpenVINO cannot list its devices: {_first_line(exc)}"
-        if device not in devices and not any(d.split(".")[0] == device for d in devices):
+        if not _has_device(devices, device):
             return False, f"device {device} not found; OpenVINO sees {devices}"
-        try:
-            caps = list(core.get_property(device, "OPTIMIZATION_CAPABILITIES"))
-        except Exception:  # some plugins do not report capabilities
-            caps = []
-        need = _CAPABILITY[self.precision]
+        caps = _capabilities(core, device)
+        precision = self.precision  # resolves auto
+        need = _CAPABILITY[precision]
         if caps and need not in caps:
+            have = [p for p in PRECISIONS if _CAPABILITY[p] in caps]
             return False, (
-                f"device {device} cannot run {self.precision} (capabilities {caps}); "
-                "use precision: f32"
+                f"device {device} cannot run {precision} (capabilities {caps}); "
+                f"use precision: {' or '.join(have) or 'f32'}"
             )
         try:
             full = str(core.get_property(device, "FULL_DEVICE_NAME"))
         except Exception:
             full = device
         version = self.backend_version().split("-")[0]
-        return True, f"openvino {version} on {device} ({full}), precision {self.precision}"
+        shown = f"auto -> {precision}" if self._asked == AUTO else precision
+        return True, f"openvino {version} on {device} ({full}), precision {shown}"
 
     def _speed_options(self) -> dict[str, Any]:
         o = self.options
