@@ -97,6 +97,23 @@ SUITE = [
         "when the plan is so in every round, else same.",
     ),
     (
+        "standin",
+        "standin_bench.py",
+        [],
+        "The seed papers' experiments on a CPU + NPU *stand-in* (examples/units/"
+        "cpu-npu-standin.yaml): a measured stand-in on this machine's two cores, not an NPU "
+        "(`cpu`: onnxruntime, 1 thread, core 0; `npu`: OpenVINO, 1 thread, core 1, allowed only "
+        "an EVTA-like operator list, the other operators falling back to the cpu). Per model: "
+        "the npu's share of the FLOPs, its regions' in-context error; every scheduler's plan, "
+        '`cpu alone` and `static type-based` (the npu first: the "static" of PartitionTuner\'s '
+        "comparison; `nestc` is its profiling-based method, `branch` the branch-parallel "
+        "seed's), each distinct plan measured with `partuner run` in a fresh process, 5 rounds "
+        'in rotated order (median of round medians; "auto vs it": faster or slower when auto\'s '
+        "plan is so in every round, else same), beside its prediction; for squeezenet also the "
+        "predicted-only plans on the modeled units file (cpu-npu-modeled.yaml). The goal lines "
+        "under the table are issue 16's, with the seeds' anchors.",
+    ),
+    (
         "profile",
         "profile_bench.py",
         [],

@@ -170,6 +170,16 @@ def test_nestc_uses_the_declared_default_unit() -> None:
     assert get_scheduler("nestc").schedule(p).assignment == {"x": "npu", "y": "cpu"}
 
 
+def test_nestc_default_unit_is_the_first_that_runs_everything() -> None:
+    """The accelerator listed first (static's priority) does not become NEST-C's default."""
+    cost = {"x": {"npu": 1, "cpu": 5}, "y": {"npu": INF, "cpu": 5}}
+    p = Problem(["x", "y"], ["npu", "cpu"], cost)
+    assert p.default == "cpu"
+    assert get_scheduler("nestc").schedule(p).assignment == {"x": "npu", "y": "cpu"}
+    p2 = Problem(["x"], ["a", "b"], {"x": {"a": INF, "b": INF}})
+    assert p2.default == "a"  # none runs everything: the first, as before
+
+
 def diamond_cpu_npu() -> Problem:
     """a -> (b, c) -> d; only b runs on the npu."""
     cost = {"a": {"cpu": 1, "npu": INF}, "b": {"cpu": 8, "npu": 4},

@@ -28,7 +28,8 @@ be infinite; ``"-inf"`` and NaN are never written and are rejected on reading)::
       "groups": [{"nodes": ["conv0", "relu0"], "cost": {"cpu0": 10.5}}],
                                            # optional fused chains and their cost when run
                                            # together, consecutively, on one unit
-      "default_unit": "cpu0",              # optional, NEST-C's default unit (else units[0])
+      "default_unit": "cpu0",              # optional, NEST-C's default unit (else the first
+                                           # unit that runs every node, else units[0])
       "weight_bytes": {"conv0": 36864},    # optional, bytes of weights per node (default 0)
       "memory_bytes": {"npu0": 8e6}        # optional, bytes each unit holds for weights and
                                            # activations (default and "inf": unlimited)
@@ -169,8 +170,15 @@ class Problem(MemoryModel):
 
     @property
     def default(self) -> str:
-        """NEST-C's default unit (``default_unit``, else the first unit)."""
-        return self.default_unit or self.units[0]
+        """NEST-C's default unit: ``default_unit``, else the first unit that can run every node
+        (NEST-C's default backend, the CPU, runs whatever no accelerator takes), else the
+        first unit."""
+        if self.default_unit is not None:
+            return self.default_unit
+        for u in self.units:
+            if all(math.isfinite(self.cost[n][u]) for n in self.nodes):
+                return u
+        return self.units[0]
 
     def groups_of(self, node: str) -> list[FusedGroup]:
         """The fused groups ``node`` belongs to."""
