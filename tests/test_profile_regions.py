@@ -155,3 +155,23 @@ def test_cli_plans_without_an_idle_unit_and_profile_shows_regions(tmp_path):
     npu = next(u for u in json.loads(r.output)["units"] if u["unit"] == "npu")
     assert npu["costs_from"] == "regions" and len(npu["regions"]) == 9
     assert all(x["whole_ms"] > 0 and x["additivity_error"] is not None for x in npu["regions"])
+
+
+def test_waking_up_after_idling_is_measured_and_charged_per_partition(tmp_path):
+    g = load_model(zoo.build("resnet18", image_size=32))
+    units = units_from_mapping({"units": {"cpu": {"backend": "onnxruntime", "threads": 1}}})
+    with ProfileStore(tmp_path / "p.db") as store:
+        prof = profile_model(g, units, store=store, budget_s=0.02)
+        cur = store._db.execute(  # noqa: SLF001 - the test reads the store's rows directly
+            "SELECT status, median_us, detail FROM measurements WHERE signature LIKE '\\_\\_wake%'"
+            " ESCAPE '\\'"
+        )
+        rows = cur.fetchall()
+    up = prof.units["cpu"]
+    assert len(rows) == 1 and rows[0][0] == OK and json.loads(rows[0][2])["partitions"] == 16
+    assert up.wake_us == max(rows[0][1], 0.0)
+    # charged with every partition, within the cap of half the model
+    assert up.overhead_us == pytest.approx(
+        min(max(up.call_us, up.overhead_us - up.wake_us) + up.wake_us, up.whole_us / 2)
+    )
+    assert up.overhead_us >= min(up.call_us + up.wake_us, up.whole_us / 2) - 1e-9

@@ -65,6 +65,7 @@ def unit_summary(profile: Any) -> list[dict[str, Any]]:
                 "modeled": up.modeled,
                 "call_overhead_us": up.overhead_us,
                 "noop_call_us": up.call_us,
+                "wake_us": up.wake_us,
                 "boundary_us_per_mb": up.boundary_us_per_byte * 1e6,
                 "whole_model_ms": None if up.whole_us is None else up.whole_us / 1e3,
                 "sum_of_parts_ms": None if up.parts_us is None else up.parts_us / 1e3,

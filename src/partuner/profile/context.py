@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,11 +38,24 @@ from partuner.profile.measure import failure, random_feeds, time_call
 from partuner.profile.store import OK, Measurement
 from partuner.units import Unit
 
-__all__ = ["ChainFit", "chain_cuts", "chain_detail", "fit_chain_costs", "measure_chains"]
+__all__ = [
+    "ChainFit",
+    "IDLE_S",
+    "chain_cuts",
+    "chain_detail",
+    "fit_chain_costs",
+    "measure_chains",
+    "measure_wake",
+]
 
 log = logging.getLogger(__name__)
 
 CHAIN_KS = (1, 4, 16, 32)
+
+#: the idle time before each chunk when measuring what waking up costs (a partition in a
+#: multi-unit plan mostly starts after its unit waited for an input from another unit)
+IDLE_S = 0.001
+WAKE_K = 16
 
 
 @dataclass(frozen=True)
@@ -182,3 +197,78 @@ def fit_chain_costs(points: list[tuple[int, float, float]]) -> ChainFit | None:
     assert best is not None  # the constant-only model always qualifies
     _, base, c_k, c_b = best
     return ChainFit(min(whole) if whole else base, c_k, c_b, tuple(points))
+
+
+def measure_wake(
+    unit: Unit,
+    graph: ModelGraph,
+    lookup: Callable[[str, Callable[[], Measurement]], Measurement | None],
+    digest: str,
+    budget_s: float,
+) -> float:
+    """What a partition costs more when its unit was idle before it, in µs (0 if unknown).
+
+    The chunks of the 16-chunk cut of :func:`chain_cuts` run one after the other, once back
+    to back and once with :data:`IDLE_S` of sleep before each chunk (only the chunks' own run
+    times summed), alternately; the median per-round difference over the chunks is the cost.
+    A chain measurement runs back to back, so it misses what a plan's partitions pay after
+    waiting for another unit: the calling thread and the backend's own worker threads woken
+    up, caches gone cold (1 ms of sleep costs a small OpenVINO sub-model some 100-300 µs on
+    this project's VMs, an onnxruntime one less).
+    """
+    n = len(graph.compute_nodes)
+    if n < WAKE_K:
+        return 0.0
+    specs = next(sp for sig, sp in chain_cuts(graph, digest) if sig.endswith(f"#k{WAKE_K}#t0"))
+
+    def make() -> Measurement:
+        try:
+            parts = cut(graph, specs, check=False)
+            return _time_wake(unit, graph, parts, budget_s)
+        except Exception as exc:  # a failed row (retried next run), not a crash
+            return failure(exc)
+
+    m = lookup(f"__wake__#{digest}#k{WAKE_K}", make)
+    if m is None or m.status != OK or not math.isfinite(m.median_us):
+        return 0.0
+    return max(m.median_us, 0.0)
+
+
+def _time_wake(
+    unit: Unit, graph: ModelGraph, parts: list[PartitionModel], budget_s: float
+) -> Measurement:
+    runners = [unit.prepare(p.model) for p in parts]
+    feeds = random_feeds(graph, list(graph.inputs))
+
+    def chain(idle: float) -> float:
+        env, busy = dict(feeds), 0.0
+        for p, r in zip(parts, runners, strict=True):
+            if idle:
+                time.sleep(idle)
+            t0 = time.perf_counter()
+            env.update(r.run({v: env[v] for v in p.inputs}))
+            busy += time.perf_counter() - t0
+        return busy
+
+    try:
+        chain(0.0)
+        chain(IDLE_S)
+        diffs: list[float] = []
+        t_end = time.perf_counter() + budget_s
+        while len(diffs) < 5 or (time.perf_counter() < t_end and len(diffs) < 50):
+            a = chain(0.0) if len(diffs) % 2 else 0.0
+            b = chain(IDLE_S)
+            a = a or chain(0.0)  # which goes first alternates
+            diffs.append((b - a) * 1e6 / len(parts))
+    finally:
+        for r in runners:
+            r.close()
+    arr = np.asarray(diffs)
+    return Measurement(
+        float(np.median(arr)),
+        float(np.percentile(arr, 10)),
+        float(np.percentile(arr, 90)),
+        len(diffs),
+        OK,
+        json.dumps({"partitions": len(parts), "idle_s": IDLE_S}),
+    )

@@ -41,7 +41,7 @@ import numpy as np
 from partuner.errors import ProfileError, UnitUnavailableError
 from partuner.export.cut import cut_nodes
 from partuner.graph import ModelGraph
-from partuner.profile.context import fit_chain_costs, measure_chains
+from partuner.profile.context import fit_chain_costs, measure_chains, measure_wake
 from partuner.profile.groups import (
     candidate_groups,
     differs_beyond_noise,
@@ -101,6 +101,7 @@ class UnitProfile:
     layer_parts_us: float | None = None  # no-op call + the backend's per-layer kernel times
     layer_mapped: float | None = None  # share of the kernel time mapped to ONNX nodes
     regions: tuple[RegionStat, ...] = ()  # a unit that cannot run the whole model: its regions
+    wake_us: float = 0.0  # in overhead_us: a partition started after its unit was idle
 
     @property
     def additivity_error(self) -> float | None:
@@ -199,6 +200,8 @@ def _label(sig: str) -> str:
         return f"the model cut in {rest.split('#')[1].lstrip('k')} chunk(s)"
     if head == "__layers__":
         return "the per-layer profile"
+    if head == "__wake__":
+        return "the cost of waking up after idling"
     if head == "__region__":
         return "a region of the model"
     if "+" in sig:
@@ -418,20 +421,23 @@ def profile_model(
         parts = call_us + sum(node_raw.values())
         fused = parts - fused_saving(order, mine, node_raw) if math.isfinite(parts) else parts
         whole: float | None = None
-        overhead, per_byte = call_us, 0.0
+        overhead, per_byte, wake = call_us, 0.0, 0.0
         if math.isfinite(parts) and calibrate:
             fit = fit_chain_costs(measure_chains(unit, graph, look, digest, max(budget_s, 0.5)))
             if fit is not None:
                 whole = fit.whole_us
+                wake = measure_wake(unit, graph, look, digest, max(budget_s, 0.5))
                 # at most half the model: node costs keep their share even when cutting
                 # is ruinous (the planner still sees that every cut costs a lot)
-                overhead = min(max(overhead, fit.per_partition_us), whole / 2)
+                overhead = min(max(overhead, fit.per_partition_us) + wake, whole / 2)
                 per_byte = fit.per_byte_us
         reg: RegionCosts | None = None
         if not math.isfinite(parts) and calibrate:
             reg = profile_regions(unit, graph, look, node_raw, call_us, budget_s, layers)
             if reg is not None and reg.fit is not None:
-                overhead = min(max(overhead, reg.fit.per_partition_us), reg.fit.whole_us / 2)
+                wake = reg.wake_us
+                per_part = max(overhead, reg.fit.per_partition_us) + wake
+                overhead = min(per_part, reg.fit.whole_us / 2)
                 per_byte = reg.fit.per_byte_us
         tick(f"{names[0]}: the model cut in context")
         lmap: LayerMap | None = None
@@ -484,6 +490,7 @@ def profile_model(
                 layer_parts_us=None if lmap is None else call_us + lmap.total_us,
                 layer_mapped=None if lmap is None else lmap.mapped_us / max(lmap.total_us, 1e-9),
                 regions=() if reg is None else reg.stats,
+                wake_us=wake,
             )
             for n in order:
                 costs[n][name] = base[n] * scale

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from partuner.export.cut import cut_nodes
 from partuner.graph import ModelGraph, load_model
-from partuner.profile.context import ChainFit, fit_chain_costs, measure_chains
+from partuner.profile.context import ChainFit, fit_chain_costs, measure_chains, measure_wake
 from partuner.profile.layers import layer_row, map_layers
 from partuner.profile.measure import failure, random_feeds, time_model
 from partuner.profile.signature import model_digest
@@ -85,6 +85,7 @@ class RegionCosts:
     stats: tuple[RegionStat, ...]
     base: dict[str, float]  # node -> in-context µs (unscaled), for nodes of timed regions
     fit: ChainFit | None  # the largest timed region cut into chunks
+    wake_us: float = 0.0  # what a partition costs more after its unit idled (largest region)
 
     def costs(self, overhead_us: float) -> dict[str, float]:
         """Node costs scaled per region so that ``overhead_us`` + its nodes = its time."""
@@ -212,7 +213,8 @@ def profile_regions(
                     source = "layers"
         base.update(mine)
         stats.append(RegionStat(nodes, row.median_us, parts, source))
-    return RegionCosts(tuple(stats), base, _fit_largest(unit, graph, stats, sub, look, budget_s))
+    fit, wake = _fit_largest(unit, graph, stats, sub, look, budget_s)
+    return RegionCosts(tuple(stats), base, fit, wake)
 
 
 def _fit_largest(
@@ -222,22 +224,23 @@ def _fit_largest(
     sub: dict[tuple[str, ...], ModelGraph],
     look: Lookup,
     budget_s: float,
-) -> ChainFit | None:
-    """The cost of cutting, fitted on the largest timed region cut into chunks."""
+) -> tuple[ChainFit | None, float]:
+    """The cost of cutting, fitted on the largest timed region cut into chunks, and what a
+    chunk costs more after its unit idled (:func:`~partuner.profile.context.measure_wake`)."""
     timed = [r for r in stats if r.whole_us is not None]
     if not timed:
-        return None
+        return None, 0.0
     big = max(timed, key=lambda r: (len(r.nodes), -graph.node(r.nodes[0]).index))
     if len(big.nodes) < 4:
-        return None
+        return None, 0.0
     rgraph = sub.get(big.nodes)
     if rgraph is None:
         try:
             rgraph = load_model(cut_nodes(graph, "region", big.nodes, check=False)[0])
         except Exception:  # noqa: BLE001 - without it, cuts cost the no-op call
-            return None
-    return fit_chain_costs(
-        measure_chains(
-            unit, rgraph, lambda s, m: look(s, m), model_digest(rgraph), max(budget_s, 0.5)
-        )
-    )
+            return None, 0.0
+    digest, budget = model_digest(rgraph), max(budget_s, 0.5)
+    fit = fit_chain_costs(measure_chains(unit, rgraph, lambda s, m: look(s, m), digest, budget))
+    if fit is None:
+        return None, 0.0
+    return fit, measure_wake(unit, rgraph, lambda s, m: look(s, m), digest, budget)
