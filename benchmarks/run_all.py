@@ -3,6 +3,7 @@
     python benchmarks/run_all.py            # the full suite (about 20 minutes on 2 cores)
     python benchmarks/run_all.py --quick    # small models and few runs (a few minutes)
     python benchmarks/run_all.py --only seed,tune   # re-run these, keep the other sections
+    python benchmarks/run_all.py --record standin=OUT   # a section from a run made by hand
 
 Each benchmark script writes benchmarks/results/<name>.json (machine, versions, every figure
 with its spread) and prints a markdown table; this script runs them one after another (never
@@ -147,18 +148,32 @@ SUITE = [
 ]
 
 
-def run(name: str, script: str, extra: list[str], quick: bool, timeout: float) -> dict:
+def run(
+    name: str,
+    script: str,
+    extra: list[str],
+    quick: bool,
+    timeout: float,
+    recorded: tuple[str, float, str] | None = None,
+) -> dict:
+    """Run one benchmark, or take ``recorded`` (its stdout, wall time, command line) from a run
+    made by hand with other options (``--record``)."""
     cmd = [sys.executable, str(ROOT / "benchmarks" / script), *extra]
     if quick:
         cmd.append("--quick")
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-        ok, out, err = proc.returncode == 0, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        ok, out, err = False, exc.stdout or "", f"timed out after {timeout:.0f} s"
-        out = out.decode() if isinstance(out, bytes) else out
-    wall = time.perf_counter() - t0
+    command = None
+    if recorded is not None:
+        out, wall, command = recorded
+        ok, err = True, ""
+    else:
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+            ok, out, err = proc.returncode == 0, proc.stdout, proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            ok, out, err = False, exc.stdout or "", f"timed out after {timeout:.0f} s"
+            out = out.decode() if isinstance(out, bytes) else out
+        wall = time.perf_counter() - t0
     table = [ln for ln in out.splitlines() if ln.startswith("|")]
     if name == "example":  # the whole output is the exhibit
         table = out.rstrip().splitlines()
@@ -178,6 +193,7 @@ def run(name: str, script: str, extra: list[str], quick: bool, timeout: float) -
         "name": name,
         "ok": ok,
         "wall_s": wall,
+        "command": command,
         "table": table,
         "notes": notes[:8],
         "error": None if ok else err.strip().splitlines()[-1:],
@@ -302,7 +318,8 @@ def write_results_md(runs: list[dict], quick: bool) -> Path:
             "",
             f"`benchmarks/{next(s for n, s, _, _ in SUITE if n == r['name'])}` "
             f"({r['wall_s']:.0f} s; results in `benchmarks/results/{r['name']}.json`)"
-            + _measured_on(r["name"]),
+            + _measured_on(r["name"])
+            + (f"; this section's run: `{r['command']}`" if r.get("command") else ""),
             "",
         ]
         if not r["ok"]:
@@ -375,17 +392,41 @@ def update_readme(runs: list[dict]) -> None:
     readme.write_text(text)
 
 
+def _recorded(spec: str) -> tuple[str, tuple[str, float, str]]:
+    """``NAME=FILE`` -> (NAME, (stdout, wall seconds, command line)) for ``--record``."""
+    name, _, file = spec.partition("=")
+    if name not in {n for n, _, _, _ in SUITE} or not file:
+        sys.exit(f"--record wants NAME=FILE with NAME one of the suite's, got {spec!r}")
+    text = Path(file).read_text()
+    head, wall, body = text.split("\n", 2)
+    if not head.startswith("# command: ") or not wall.startswith("# wall_s: "):
+        sys.exit(f"{file}: the first lines must be '# command: ...' and '# wall_s: S'")
+    return name, (body, float(wall.split(":", 1)[1]), head.split(":", 1)[1].strip())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", help="comma-separated benchmark names")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per benchmark")
+    ap.add_argument(
+        "--record",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="take benchmark NAME's section from FILE, the stdout of a run made by hand with "
+        "other options (FILE's first line: '# command: ...', second: '# wall_s: S'); implies "
+        "--only NAME",
+    )
     args = ap.parse_args()
+    recorded = dict(_recorded(spec) for spec in args.record)
+    if recorded:
+        args.only = ",".join(filter(None, [args.only, *recorded]))
     only = set(args.only.split(",")) if args.only else None
     FIGURES.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     runs = [
-        run(n, s, extra, args.quick, args.timeout)
+        run(n, s, extra, args.quick, args.timeout, recorded.get(n))
         for n, s, extra, _ in SUITE
         if only is None or n in only
     ]

@@ -500,17 +500,17 @@ def goal_lines(results: list[dict[str, Any]], overall: dict[str, Any]) -> list[s
     med, mx = overall["median_abs_error"], overall["max_abs_error"]
     ok = {True: "met", False: "NOT met"}
     return [
-        f"Goal, region error within 10 %: {ok[overall['region_error_ok_models'] == n]} on "
+        f"Goal, region error within 10 %: {ok[overall['region_error_ok_models'] == n]}: met on "
         f"{overall['region_error_ok_models']} of {n} models (worst per model: "
         f"{'; '.join(worst)}).",
         f"Goal, multi-partition plans' |measured / predicted - 1|, median <= 10 % and none over "
         f"20 %: {ok[overall['error_ok']]} (median {_pct(med, False)}, max {_pct(mx, False)} "
         f"over {overall['multi_partition_plans']} distinct plans).",
         f"Goal, auto no slower than any scheduler's plan (every round): "
-        f"{ok[overall['auto_not_slower_models'] == n]} on {overall['auto_not_slower_models']} "
+        f"{ok[overall['auto_not_slower_models'] == n]}: met on {overall['auto_not_slower_models']} "
         f"of {n} models" + (f"; not on {'; '.join(slow)}." if slow else "."),
         f"Goal, auto faster than cpu alone where the npu runs >= 50 % of the FLOPs: "
-        f"{ok[overall['auto_faster_than_cpu_models'] == overall['npu_majority_models']]} on "
+        f"{ok[overall['auto_faster_than_cpu_models'] == overall['npu_majority_models']]}: met on "
         f"{overall['auto_faster_than_cpu_models']} of {overall['npu_majority_models']} models "
         f"({'; '.join(cpu) or 'none'}).",
         "Auto's latency reduction (1 - auto / other, measured) over static type-based / static "
