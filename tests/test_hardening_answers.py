@@ -293,8 +293,9 @@ def test_ctrl_c_while_the_command_line_starts_is_one_line():
     import time
 
     p = subprocess.Popen(
-        [PARTUNER, "inspect", "zoo:branchy"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+        [PARTUNER, "inspect", "zoo:branchy"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a background job
+    )  # fmt: skip
     time.sleep(0.1)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=60)

@@ -39,10 +39,17 @@ def googlenet_problem(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return problem
 
 
+def _default_sigint() -> None:
+    """Ctrl-C reaches the child even where the tests run as a background job (a shell without
+    job control starts those with SIGINT ignored, and children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_after(args: list[str], cwd: Path, delay_s: float) -> subprocess.CompletedProcess:
     proc = subprocess.Popen(
-        [CLI, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+        [CLI, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_default_sigint,
+    )  # fmt: skip
     time.sleep(delay_s)
     assert proc.poll() is None, "the command ended before the interrupt"
     proc.send_signal(signal.SIGINT)
@@ -125,4 +132,3 @@ def test_same_problem_same_plan(googlenet_problem: Path, scheduler: str) -> None
     assert first["status"] != "optimal"  # unproven: the budget, not a proof, ended the search
     for key in ("scheduler", "status", "predicted_ms", "lower_bound_ms", "partitions"):
         assert first[key] == second[key], key
-
