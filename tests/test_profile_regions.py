@@ -14,7 +14,7 @@ from partuner.cli import main
 from partuner.errors import UnitError, UnitUnavailableError
 from partuner.graph import load_model, zoo
 from partuner.profile import ProfileStore, profile_model
-from partuner.profile.regions import supported_regions
+from partuner.profile.regions import RegionCosts, RegionStat, supported_regions
 from partuner.profile.store import OK
 from partuner.units import OnnxruntimeUnit, register_backend, units_from_mapping
 
@@ -87,6 +87,17 @@ def test_a_restricted_unit_is_costed_in_context_region_by_region(squeeze, tmp_pa
     # stored as measured, and read back on the next run instead of timed again
     assert rows and all(m is not None and m.status == OK for m in rows)
     assert again.measured == 0 and again.units["npu"].regions == up.regions
+
+
+def test_a_region_whose_nodes_timed_as_nothing_still_charges_its_time():
+    # isolated times at or below the call cost leave every node at 0: the region's time
+    # must still reach the plan, shared out evenly, not dropped
+    stat = RegionStat(("a", "b"), 30.0, 0.0, "region", "")
+    busy = RegionStat(("c", "d"), 30.0, 40.0, "region", "")
+    reg = RegionCosts((stat, busy), {"a": 0.0, "b": 0.0, "c": 10.0, "d": 30.0}, None)
+    costs = reg.costs(10.0)
+    assert costs["a"] == costs["b"] == pytest.approx(10.0)
+    assert costs["c"] == pytest.approx(5.0) and costs["d"] == pytest.approx(15.0)
 
 
 def _region_sigs(store: ProfileStore) -> list[str]:

@@ -93,9 +93,12 @@ class RegionCosts:
         for r in self.stats:
             if r.whole_us is None or r.source == "isolated":
                 continue
+            left = max(r.whole_us - overhead_us, 0.0)
             total = sum(self.base[n] for n in r.nodes)
-            scale = max(r.whole_us - overhead_us, 0.0) / total if total > 0 else 1.0
-            out.update({n: self.base[n] * scale for n in r.nodes})
+            if total > 0:
+                out.update({n: self.base[n] * left / total for n in r.nodes})
+            else:  # nodes too quick to time apart: the region's time shared out evenly
+                out.update({n: left / len(r.nodes) for n in r.nodes})
         return out
 
 
