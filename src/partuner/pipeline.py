@@ -113,7 +113,11 @@ def build_problem(
 
 
 def make_plan(
-    problem: Problem, scheduler: str = "auto", *, time_limit: float | None = None
+    problem: Problem,
+    scheduler: str = "auto",
+    *,
+    time_limit: float | None = None,
+    progress: Callable[[str, float, float], None] | None = None,
 ) -> tuple[Plan, dict[str, Plan]]:
     """Plan ``problem`` with ``scheduler`` within about ``time_limit`` seconds.
 
@@ -121,7 +125,9 @@ def make_plan(
     plan's predicted latency as partitions (call overheads and transfers included), then a
     local search (:class:`partuner.plan.auto.Auto`). Returns the chosen plan and every plan
     computed by scheduler name (with ``"auto"``: each scheduler ``auto`` ran, its improved
-    plans as ``"<name>+local"``, and ``"auto"``, the chosen one). Each plan carries its
+    plans as ``"<name>+anneal"`` or ``"<name>+local"``, and ``"auto"``, the chosen one);
+    ``progress(stage, best_us, bound_us)`` hears each stage of ``auto`` start with the best plan
+    and the best bound so far. Each plan carries its
     ``solve_s``; the chosen plan's ``scheduler`` names the algorithm that found it and its
     ``lower_bound_us`` is the best bound proven on any plan's predicted latency.
     """
@@ -136,7 +142,7 @@ def make_plan(
             plan.lower_bound_us = max(plan.lower_bound_us or 0.0, s.lower_bound)
         plan.solve_s = time.perf_counter() - t0  # type: ignore[attr-defined]
         return plan, {scheduler: plan}
-    auto = Auto()
+    auto = Auto(progress=progress)
     s = auto.schedule(problem, time_limit=time_limit)
     plans: dict[str, Plan] = {}
     for name, run in auto.runs.items():

@@ -109,7 +109,14 @@ def plan_cmd(
         atomic_write(dump_problem, problem.to_json())
     with StageLines(quiet or as_json) as stage:
         stage("planning")
-        plan, plans = make_plan(problem, "auto" if compare else scheduler, time_limit=time_limit)
+
+        def said(step: str, best_us: float, bound_us: float) -> None:
+            best, bound = best_us / 1e3, bound_us / 1e3
+            stage(f"planning: {step} (best so far {best:.3f} ms, bound {bound:.3f} ms)")
+
+        plan, plans = make_plan(
+            problem, "auto" if compare else scheduler, time_limit=time_limit, progress=said
+        )
         if compare and scheduler != "auto":
             plan = plans.get(scheduler) or make_plan(problem, scheduler, time_limit=time_limit)[0]
     # one figure: printed, in the JSON and in the plan file

@@ -11,28 +11,27 @@ partitions and boundary nodes between units, re-simulating each move.
 from __future__ import annotations
 
 import logging
-import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from functools import partial
 
 from partuner.errors import InfeasiblePlanError, PartunerError
-from partuner.plan.clock import MOVE_S_PER_NODE, WorkClock
+from partuner.plan.assemble import schedule_of_parts
+from partuner.plan.chain import segment_plan
+from partuner.plan.clock import WorkClock
 from partuner.plan.common import lower_bound
 from partuner.plan.exact import (
     Exact,
     group_slack,
     heuristic_names,
-    schedule_order,
     solver_available,
 )
-from partuner.plan.memory import overflow
-from partuner.plan.partitions import Plan, plan_from_schedule
+from partuner.plan.local import Run, anneal, improve, list_schedule
+from partuner.plan.partitions import plan_from_schedule
 from partuner.plan.pexact import PartitionExact
 from partuner.plan.problem import Problem
 from partuner.plan.registry import Scheduler, get_scheduler, register
-from partuner.plan.schedule import Schedule, Slot
+from partuner.plan.schedule import Schedule
 
 __all__ = ["Auto", "Run", "improve", "list_schedule"]
 
@@ -40,119 +39,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIME_LIMIT_S = 10.0
 _REL = 1e-9  # relative improvement a move must bring
-
-
-@dataclass
-class Run:
-    """One scheduler's result inside ``auto``: its schedule, plan and wall time (s)."""
-
-    schedule: Schedule
-    plan: Plan
-    solve_s: float
-
-
-def list_schedule(
-    problem: Problem, assignment: Mapping[str, str], order: Sequence[str], name: str
-) -> Schedule:
-    """The schedule running each node on ``assignment[node]``, taken in ``order``
-    (topological), each as early as its inputs (``comm_us``) and its unit's hardware allow."""
-    free: dict[str, float] = {}
-    slots: dict[str, Slot] = {}
-    for n in order:
-        u = assignment[n]
-        res = problem.resources_of(u)
-        start = max((free.get(r, 0.0) for r in res), default=0.0)
-        for p in problem.preds(n):
-            ps = slots[p]
-            start = max(start, ps.end + problem.comm_us(p, n, ps.unit, u))
-        slots[n] = Slot(n, u, start, start + problem.cost[n][u])
-        for r in res:
-            free[r] = start + problem.cost[n][u]
-    return Schedule(slots, name, "heuristic", lower_bound(problem))
-
-
-def _chains(problem: Problem) -> list[list[str]]:
-    """The maximal chains of the DAG: runs of nodes each the only input of the next, which
-    in turn is its only reader (a branch of a fork-join block)."""
-    out = []
-    for n in problem.nodes:
-        preds = problem.preds(n)
-        if len(preds) == 1 and len(problem.succs(preds[0])) == 1:
-            continue  # not the head of its chain
-        chain = [n]
-        while (
-            len(problem.succs(chain[-1])) == 1
-            and len(problem.preds(problem.succs(chain[-1])[0])) == 1
-        ):
-            chain.append(problem.succs(chain[-1])[0])
-        out.append(chain)
-    return out
-
-
-def _moves(
-    problem: Problem, plan: Plan, assignment: Mapping[str, str], chains: list[list[str]]
-) -> list[dict[str, str]]:
-    """Candidate changes: each partition, then each chain (a branch), to every other unit able
-    to run it; then each node at a partition boundary to the unit of a neighbouring partition."""
-    part_of = {n: i for i, p in enumerate(plan.partitions) for n in p.nodes}
-    out: list[dict[str, str]] = []
-    for group in [list(p.nodes) for p in plan.partitions] + chains:
-        for w in problem.units:
-            if any(assignment[n] != w for n in group) and all(
-                math.isfinite(problem.cost[n][w]) for n in group
-            ):
-                out.append(dict.fromkeys(group, w))
-    for n in problem.nodes:
-        near = {part_of[m] for m in (*problem.preds(n), *problem.succs(n))} - {part_of[n]}
-        for w in dict.fromkeys(plan.partitions[i].unit for i in sorted(near)):
-            if w != assignment[n] and math.isfinite(problem.cost[n][w]):
-                out.append({n: w})
-    return out
-
-
-def improve(
-    problem: Problem, start: Run, deadline: float, name: str, clock: WorkClock | None = None
-) -> Run:
-    """Hill-climb from ``start`` by partition simulation until no move helps or ``deadline``
-    passes on ``clock`` (:mod:`partuner.plan.clock`; each move evaluated costs
-    :data:`~partuner.plan.clock.MOVE_S_PER_NODE` per node; none: no deadline); the result is
-    never worse than ``start``.
-
-    Each move (a partition or a chain of nodes to another unit, or a boundary node to a
-    neighbouring partition's unit) is list-scheduled in the current schedule's node order and
-    simulated; the first move that lowers the predicted latency is kept. Moves that would
-    overfill a unit's memory are skipped.
-    """
-    t0 = time.perf_counter()
-    clock = WorkClock.of(clock, math.inf)
-    best = start
-    assignment = dict(start.schedule.assignment)
-    seen = {tuple(assignment[n] for n in problem.nodes)}
-    chains = _chains(problem)
-    limited = problem.memory_limited
-    improved = True
-    while improved and not clock.expired(deadline):
-        improved = False
-        order = schedule_order(problem, best.schedule)
-        for move in _moves(problem, best.plan, assignment, chains):
-            if clock.expired(deadline):
-                break
-            cand = {**assignment, **move}
-            key = tuple(cand[n] for n in problem.nodes)
-            if key in seen:
-                continue
-            seen.add(key)
-            if limited and overflow(problem, cand) is not None:
-                continue
-            clock.spend(MOVE_S_PER_NODE * len(problem.nodes))
-            s = list_schedule(problem, cand, order, name)
-            plan = plan_from_schedule(problem, s)
-            if plan.predicted_us < best.plan.predicted_us * (1 - _REL) - 1e-12:
-                best = Run(s, plan, start.solve_s + time.perf_counter() - t0)
-                assignment = cand
-                improved = True
-                break
-    return best
 
 
 @register
@@ -189,16 +75,21 @@ class Auto(Scheduler):
     def __init__(
         self,
         *,
+        anneal_share: float = 0.25,
         exact_share: float = 0.1,
-        pexact_share: float = 0.9,
+        pexact_share: float = 0.7,
         workers: int | None = None,
+        progress: Callable[[str, float, float], None] | None = None,
     ) -> None:
+        self.anneal_share = anneal_share
+        self.progress = progress
         self.exact_share = exact_share
         self.pexact_share = pexact_share
         self.workers = workers
         self.runs: dict[str, Run] = {}
         self.errors: dict[str, str] = {}
         self.chosen = ""
+        self._chain_bound: float | None = None
 
     def schedule(self, problem: Problem, *, time_limit: float | None = None) -> Schedule:
         problem.validate()
@@ -207,6 +98,18 @@ class Auto(Scheduler):
         deadline = clock.now() + budget
         self.runs = {}
         self.errors = {}
+        chain_bound = self._chain_bound = self._chain(problem)
+        if chain_bound is not None and "chain" in self.runs:
+            run = self.runs["chain"]
+            if run.plan.predicted_us <= chain_bound * (1 + 1e-9) + 1e-9:
+                self.chosen = "chain"  # proven optimal: nothing can do better
+                return Schedule(
+                    dict(run.schedule.slots),
+                    self.name,
+                    "optimal",
+                    chain_bound,
+                    run.schedule.partitions,
+                )
         names = heuristic_names()
         for k, name in enumerate(names):
             share = max(0.0, deadline - clock.now()) / (4 * (len(names) - k))
@@ -217,37 +120,33 @@ class Auto(Scheduler):
                 f"no scheduler could plan {problem.name!r} (tried {names})"
                 + (f": {why}" if why else "")
             )
+        # a good plan early: annealing from the best heuristic plan before the solvers
+        self._say("annealing", problem)
+        self._anneal(problem, budget * self.anneal_share, clock, "early")
         if solver_available():
+            self._say("exact", problem)
             left = max(0.0, deadline - clock.now()) * self.exact_share
             hints = [r.schedule for r in self.runs.values()]
             exact = partial(Exact(workers=self.workers).solve, hints=hints, clock=clock)
             self._run(problem, "exact", partial(exact, time_limit=left))
             left = max(0.0, deadline - clock.now()) * self.pexact_share
             hints = [r.schedule for r in self.runs.values()]
+            self._say("pexact", problem)
             pexact = partial(PartitionExact(workers=self.workers).solve, hints=hints, clock=clock)
             self._run(problem, "pexact", partial(pexact, time_limit=left))
         else:
             log.info("auto: OR-Tools is not installed; skipping the exact scheduler")
+        # then from the best plan of all, annealing again and a hill climb to finish
+        self._say("annealing again", problem)
+        self._anneal(problem, max(0.0, deadline - clock.now()) * 0.8, clock, "late")
+        best_name, best = min(self.runs.items(), key=lambda kv: _rank(kv[1]))
+        if not clock.expired(deadline):
+            got = improve(problem, best, deadline, self.name, clock)
+            if got is not best:
+                best_name, best = f"{best_name}+local", got
+                self.runs[best_name] = got
 
-        ranked = sorted(self.runs.items(), key=lambda kv: _rank(kv[1]))
-        best_name, best = ranked[0]
-        tried: set[tuple[str, ...]] = set()
-        for name, run in ranked[:3]:
-            key = tuple(run.schedule.assignment[n] for n in problem.nodes)
-            if key in tried or clock.expired(deadline):
-                continue
-            tried.add(key)
-            got = improve(problem, run, deadline, self.name, clock)
-            if got is not run:
-                self.runs[f"{name}+local"] = got
-                if _rank(got) < _rank(best):
-                    best_name, best = f"{name}+local", got
-
-        bound = lower_bound(problem, partitions=True)
-        for solver in ("exact", "pexact"):
-            run = self.runs.get(solver)
-            if run is not None and run.schedule.lower_bound is not None:
-                bound = max(bound, run.schedule.lower_bound)
+        bound = self._bound(problem)
         tol = 1e-9 * max(1.0, best.plan.predicted_us)
         if best.plan.predicted_us <= bound + tol and group_slack(problem) == 0:
             status = "optimal"  # the plan meets a bound no plan can beat: a proof
@@ -259,6 +158,42 @@ class Auto(Scheduler):
         return Schedule(
             dict(best.schedule.slots), self.name, status, bound, best.schedule.partitions
         )
+
+    def _say(self, stage: str, problem: Problem) -> None:
+        """Report the stage starting, with the best plan and the best bound so far (µs)."""
+        if self.progress is None or not self.runs:
+            return
+        best = min(r.plan.predicted_us for r in self.runs.values())
+        self.progress(stage, best, self._bound(problem))
+
+    def _bound(self, problem: Problem) -> float:
+        """The best bound proven so far on every plan's predicted latency (µs)."""
+        bound = max(lower_bound(problem, partitions=True), self._chain_bound or 0.0)
+        for solver in ("exact", "pexact"):
+            run = self.runs.get(solver)
+            if run is not None and run.schedule.lower_bound is not None:
+                bound = max(bound, run.schedule.lower_bound)
+        return bound
+
+    def _anneal(self, problem: Problem, budget_s: float, clock: WorkClock, tag: str) -> None:
+        """Anneal from the best plan so far for ``budget_s``; kept as ``<start>+anneal``."""
+        name, start = min(self.runs.items(), key=lambda kv: _rank(kv[1]))
+        got = anneal(problem, start, budget_s, self.name, clock, seed=0 if tag == "early" else 1)
+        if got is not start:
+            self.runs[f"{name.split('+')[0]}+anneal"] = got
+
+    def _chain(self, problem: Problem) -> float | None:
+        """For a chain-shaped problem, the segment plan (as run ``chain``, when it fits in
+        memory) and its bound (:mod:`partuner.plan.chain`); None for other problems."""
+        t0 = time.perf_counter()
+        seg = segment_plan(problem)
+        if seg is None:
+            return None
+        if seg.fits:
+            sched, _ = schedule_of_parts(problem, seg.parts, "chain")
+            plan = plan_from_schedule(problem, sched)
+            self.runs["chain"] = Run(sched, plan, time.perf_counter() - t0)
+        return seg.bound_us
 
     def _run(self, problem: Problem, name: str, scheduler: Callable[[Problem], Schedule]) -> None:
         t0 = time.perf_counter()

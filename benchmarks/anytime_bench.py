@@ -1,0 +1,283 @@
+"""The planner at 1 s, 10 s (the default) and 60 s on generated problems nobody tuned for.
+
+Problems: torchvision-style zoo models, each with ``--configs`` generated unit sets (seeded):
+this machine's CPU (onnxruntime, 1 thread, profiled for real) and 1-4 modeled NPUs running
+0.3-10x the CPU's convolution rate (log-uniform), with an operator list from conv-only to
+everything, a call overhead of 5-100 µs, over links of 5-200 µs (log-uniform) and 0.5-20 GB/s.
+Per problem: ``auto`` at each budget (its plan, its bound, wall time) and every other scheduler
+at the default budget; the best plan any run found ("best known") and the best bound any run
+proved. Planning only: nothing is run, every figure is a prediction.
+
+    python benchmarks/anytime_bench.py [--quick] [--configs N] [--budgets 1,10,60]
+
+Writes benchmarks/results/anytime.json and prints a markdown table with the goal lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import machine, temp_dir, write_result  # noqa: E402
+from plan_bench import cpu_conv_gflops  # noqa: E402
+
+from partuner.graph import load_model, zoo  # noqa: E402
+from partuner.pipeline import build_problem  # noqa: E402
+from partuner.plan import get_scheduler, plan_from_schedule, scheduler_names  # noqa: E402
+from partuner.plan.chain import chain_order  # noqa: E402
+from partuner.profile import ProfileStore, profile_model  # noqa: E402
+from partuner.units import units_from_mapping  # noqa: E402
+
+MODELS = (
+    "squeezenet",
+    "googlenet",
+    "resnet18",
+    "mobilenet_v2",
+    "shufflenet_v2",
+    "resnet50",
+    "inception_v3",
+    "densenet121",
+)
+OP_LISTS = (
+    ("conv-only", ["Conv"]),
+    ("evta", ["Conv", "Relu", "Clip", "MaxPool", "AveragePool", "GlobalAveragePool"]),
+    (
+        "most",
+        [
+            "Conv",
+            "Relu",
+            "Clip",
+            "MaxPool",
+            "AveragePool",
+            "GlobalAveragePool",
+            "Add",
+            "Concat",
+            "BatchNormalization",
+            "Gemm",
+            "MatMul",
+            "Flatten",
+            "Mul",
+            "Sigmoid",
+        ],
+    ),
+    ("everything", None),
+)
+BASELINES = ("heft", "static", "nestc")
+GOAL_NODES = 300
+GOAL_GAP = 0.02
+
+
+def _log_uniform(rng: random.Random, lo: float, hi: float) -> float:
+    return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+
+
+def generated_config(rng: random.Random, cpu_gflops: float) -> tuple[dict[str, Any], str]:
+    """One unit set (a units-file mapping) and a one-line description of it."""
+    n_npu = rng.randint(1, 4)
+    speed = _log_uniform(rng, 0.3, 10.0)
+    ops_name, ops = rng.choice(OP_LISTS)
+    overhead = round(_log_uniform(rng, 5.0, 100.0), 1)
+    latency = round(_log_uniform(rng, 5.0, 200.0), 1)
+    gbps = round(_log_uniform(rng, 0.5, 20.0), 2)
+    npu: dict[str, Any] = {
+        "backend": "modeled",
+        "gflops": round(speed * cpu_gflops, 3),
+        "gbps": 20,
+        "overhead_us": overhead,
+    }
+    if ops is not None:
+        npu["ops"] = list(ops)
+    spec = {
+        "units": {
+            "cpu": {"backend": "onnxruntime", "threads": 1},
+            **{f"npu{i}": dict(npu) for i in range(n_npu)},
+        },
+        "links": {"default": {"latency_us": latency, "gbps": gbps}},
+    }
+    text = (
+        f"cpu+{n_npu} npu x{speed:.2f} {ops_name}, {overhead:g} us/call, "
+        f"link {latency:g} us + {gbps:g} GB/s"
+    )
+    return spec, text
+
+
+def _solve(problem, name: str, limit: float) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    try:
+        sch = get_scheduler(name).schedule(problem, time_limit=limit)
+    except Exception as exc:  # a baseline that cannot plan this problem
+        return {"error": str(exc)[:200]}
+    wall = time.perf_counter() - t0
+    plan = plan_from_schedule(problem, sch)
+    return {
+        "predicted_ms": plan.predicted_us / 1e3,
+        "bound_ms": (sch.lower_bound or 0.0) / 1e3,
+        "status": sch.status,
+        "partitions": len(plan.partitions),
+        "wall_s": wall,
+        "assignment": [plan.node_unit[n] for n in problem.nodes],
+    }
+
+
+def run_problem(problem, budgets: list[float], default: float) -> dict[str, Any]:
+    auto = {f"{b:g}": _solve(problem, "auto", b) for b in budgets}
+    others = {s: _solve(problem, s, default) for s in scheduler_names() if s != "auto"}
+    runs = [*auto.values(), *others.values()]
+    best = min(r["predicted_ms"] for r in runs if "predicted_ms" in r)
+    bound = max(r.get("bound_ms", 0.0) for r in runs)
+    for r in runs:
+        if "predicted_ms" in r:
+            r["gap"] = r["predicted_ms"] / best - 1
+            r["bound_gap"] = 1 - r["bound_ms"] / best if best > 0 else 0.0
+        r.pop("assignment", None)
+    tied = 1e-9 * best
+    winners = [
+        f"auto {b} s" for b, r in auto.items() if r.get("predicted_ms", math.inf) <= best + tied
+    ]
+    winners += sorted(
+        s for s, r in others.items() if r.get("predicted_ms", math.inf) <= best + tied
+    )
+    return {
+        "best_known_ms": best,
+        "best_bound_ms": bound,
+        "auto": auto,
+        "schedulers": others,
+        "winners": winners,
+    }
+
+
+def goals(rows: list[dict[str, Any]], default: float) -> list[str]:
+    key = f"{default:g}"
+    small = [r for r in rows if r["nodes"] <= GOAL_NODES]
+    near = [
+        r
+        for r in small
+        if r["auto"][key].get("gap", 1.0) <= GOAL_GAP
+        and r["auto"][key].get("bound_gap", 1.0) <= GOAL_GAP
+    ]
+    plan_only = [r for r in small if r["auto"][key].get("gap", 1.0) <= GOAL_GAP]
+    worse = [
+        f"{r['model']} #{r['config']} vs {b}"
+        for r in rows
+        for b in BASELINES
+        if "predicted_ms" in r["schedulers"].get(b, {})
+        and r["auto"][key]["predicted_ms"] > r["schedulers"][b]["predicted_ms"] * (1 + 1e-9)
+    ]
+    chains = [r for r in rows if r["chain_shaped"]]
+    proven = [
+        r
+        for r in chains
+        if r["auto"][key].get("status") == "optimal" and r["auto"][key]["wall_s"] < 1.0
+    ]
+    share = len(near) / len(small) if small else 0.0
+    return [
+        f"Goal, at the default {default:g} s plan within {GOAL_GAP:.0%} of the best known and "
+        f"bound within {GOAL_GAP:.0%} below it on 90 % of problems up to {GOAL_NODES} nodes: "
+        f"{'met' if share >= 0.9 else 'NOT met'} ({len(near)} of {len(small)}; the plan alone "
+        f"within {GOAL_GAP:.0%} on {len(plan_only)}).",
+        f"Goal, never worse than {', '.join(BASELINES)}: "
+        f"{'met' if not worse else 'NOT met: ' + '; '.join(worse)}.",
+        f"Goal, chain-shaped problems proven optimal in < 1 s: "
+        f"{'met' if len(proven) == len(chains) else 'NOT met'} ({len(proven)} of {len(chains)}).",
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="3 small models, 1 config, 1 and 3 s")
+    ap.add_argument("--configs", type=int, help="generated unit sets per model (default 3)")
+    ap.add_argument("--budgets", help="auto's budgets in s, comma-separated (default 1,10,60)")
+    ap.add_argument("--models", help=f"comma-separated, of {', '.join(MODELS)}")
+    ap.add_argument("--seed", type=int, default=17)
+    args = ap.parse_args()
+    size = 64 if args.quick else 224
+    models = (
+        args.models.split(",")
+        if args.models
+        else (["squeezenet", "resnet18", "mobilenet_v2"] if args.quick else list(MODELS))
+    )
+    budgets = [float(b) for b in (args.budgets or ("1,3" if args.quick else "1,10,60")).split(",")]
+    default = 3.0 if args.quick else 10.0
+    if default not in budgets:
+        budgets.append(default)
+    configs = args.configs or (1 if args.quick else 3)
+    rng = random.Random(args.seed)
+    work = temp_dir("partuner-anytime-bench-")
+    rows: list[dict[str, Any]] = []
+    for name in models:
+        graph = load_model(zoo.build(name, image_size=size))
+        with ProfileStore(work / "p.db") as store:
+            base = units_from_mapping({"units": {"cpu": {"backend": "onnxruntime", "threads": 1}}})
+            gf = cpu_conv_gflops(graph, profile_model(graph, base, store=store), "cpu")
+            for k in range(configs):
+                spec, text = generated_config(rng, gf)
+                units = units_from_mapping(spec)
+                problem = build_problem(graph, units, profile_model(graph, units, store=store))
+                t0 = time.perf_counter()
+                res = run_problem(problem, budgets, default)
+                rows.append(
+                    {
+                        "model": name,
+                        "config": k,
+                        "units": text,
+                        "spec": spec,
+                        "nodes": len(problem.nodes),
+                        "chain_shaped": chain_order(problem) is not None,
+                        **res,
+                        "wall_s": time.perf_counter() - t0,
+                    }
+                )
+                print(f"done {name} #{k} ({text}) in {rows[-1]['wall_s']:.0f} s", file=sys.stderr)
+                write_result("anytime", {"machine": machine(), "rows": rows})
+    lines = goals(rows, default)
+    path = write_result(
+        "anytime",
+        {
+            "machine": machine(),
+            "quick": args.quick,
+            "budgets": budgets,
+            "default_s": default,
+            "seed": args.seed,
+            "rows": rows,
+            "goals": lines,
+        },
+    )
+    heads = [f"auto {b:g} s" for b in budgets]
+    print(
+        "| model | nodes | units | best known ms | best bound | "
+        + " | ".join(heads)
+        + " | best found by |"
+    )
+    print("|---|---|---|---|---|" + "---|" * len(heads) + "---|")
+    for r in rows:
+        cells = []
+        for b in budgets:
+            a = r["auto"][f"{b:g}"]
+            cells.append(
+                f"{a['predicted_ms']:.3f} (+{a['gap']:.1%}; bound -{a['bound_gap']:.1%}; "
+                f"{a['wall_s']:.1f} s)"
+                if "predicted_ms" in a
+                else "-"
+            )
+        win = ", ".join(r["winners"]) or "-"
+        print(
+            f"| {r['model']}{' (chain)' if r['chain_shaped'] else ''} | {r['nodes']} | "
+            f"{r['units']} | {r['best_known_ms']:.3f} | {r['best_bound_ms']:.3f} | "
+            + " | ".join(cells)
+            + f" | {win} |"
+        )
+    print()
+    for line in lines:
+        print(line)
+    print(f"\nwritten to {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""Chain-shaped problems: the segment DP's bound and plan against every segmentation."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from partuner.errors import InfeasiblePlanError
+from partuner.plan import get_scheduler
+from partuner.plan.chain import chain_order, segment_plan
+from partuner.plan.partitions import Partition, simulate
+from partuner.plan.problem import Edge, FusedGroup, Link, Problem
+
+INF = math.inf
+
+
+@st.composite
+def chains(draw, skips: bool = True, groups: bool = True) -> Problem:
+    """A chain of 2-6 nodes (each reads the one before it), optionally with skip edges to
+    later nodes (DenseNet's concatenations), on 1-3 units with random costs (some infinite),
+    links, call overheads, boundary costs and fused pairs."""
+    n = draw(st.integers(2, 6))
+    k = draw(st.integers(1, 3))
+    nodes = [f"n{i}" for i in range(n)]
+    units = [f"u{j}" for j in range(k)]
+    cost = {}
+    for v in nodes:
+        row = {u: draw(st.sampled_from([0.0, 1.0, 4.0, 10.0, 25.0, INF])) for u in units}
+        if all(math.isinf(c) for c in row.values()):
+            row[units[0]] = 3.0
+        cost[v] = row
+    edges = [
+        Edge(nodes[i], nodes[i + 1], draw(st.sampled_from([0, 500, 4000])), (f"v{i}",))
+        for i in range(n - 1)
+    ]
+    if skips:
+        for i in range(n):
+            for j in range(i + 2, n):
+                if draw(st.booleans()):
+                    edges.append(Edge(nodes[i], nodes[j], 1000 * (i + 1), (f"v{i}",)))
+    links = {}
+    for a, b in itertools.combinations(units, 2):
+        links[(a, b)] = Link(
+            draw(st.sampled_from([0.0, 2.0, 15.0])), draw(st.sampled_from([0.5, 5.0, INF]))
+        )
+    fused = []
+    if groups:
+        for i in range(n - 1):
+            if draw(st.integers(0, 3)) == 0:
+                a, b = nodes[i], nodes[i + 1]
+                fused.append(
+                    FusedGroup((a, b), {u: (cost[a][u] + cost[b][u]) * 0.5 for u in units})
+                )
+    return Problem(
+        nodes=nodes,
+        units=units,
+        cost=cost,
+        edges=edges,
+        links=links,
+        call_overhead_us={u: draw(st.sampled_from([0.0, 1.0, 6.0])) for u in units},
+        boundary_us_per_byte={u: draw(st.sampled_from([0.0, 1e-3])) for u in units},
+        groups=fused,
+        name="chain",
+    )
+
+
+def every_plan(problem: Problem):
+    """Every segmentation of the chain with every unit per segment that runs: its latency."""
+    nodes = problem.nodes
+    n = len(nodes)
+    for cuts in itertools.product((False, True), repeat=n - 1):
+        segs, cur = [], [nodes[0]]
+        for v, cut in zip(nodes[1:], cuts, strict=True):
+            if cut:
+                segs.append(cur)
+                cur = []
+            cur.append(v)
+        segs.append(cur)
+        for us in itertools.product(problem.units, repeat=len(segs)):
+            parts = [
+                Partition(f"p{i}", u, tuple(s))
+                for i, (u, s) in enumerate(zip(us, segs, strict=True))
+            ]
+            try:
+                yield simulate(problem, parts).makespan_us
+            except InfeasiblePlanError:
+                continue
+
+
+def latency(problem: Problem, parts) -> float:
+    return simulate(
+        problem, [Partition(f"p{i}", u, tuple(ns)) for i, (u, ns) in enumerate(parts)]
+    ).makespan_us
+
+
+SLOW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SLOW
+@given(chains())
+def test_the_segment_bound_holds_for_every_plan_and_its_plan_runs(problem):
+    got = segment_plan(problem)
+    assert got is not None
+    best = min(every_plan(problem))
+    tol = 1e-9 * max(1.0, best)
+    assert got.bound_us <= best + tol
+    assert latency(problem, got.parts) >= best - tol  # a real plan, simulated
+
+
+@SLOW
+@given(chains(skips=False, groups=False))
+def test_a_plain_chain_is_solved_exactly(problem):
+    got = segment_plan(problem)
+    best = min(every_plan(problem))
+    tol = 1e-9 * max(1.0, best)
+    assert got.bound_us == pytest.approx(best, abs=tol)
+    assert latency(problem, got.parts) == pytest.approx(best, abs=tol)
+
+
+def test_a_graph_with_two_branches_is_not_chain_shaped():
+    p = Problem(
+        nodes=["a", "b", "c", "d"],
+        units=["u"],
+        cost={v: {"u": 1.0} for v in "abcd"},
+        edges=[Edge("a", "b", 1), Edge("a", "c", 1), Edge("b", "d", 1), Edge("c", "d", 1)],
+    )
+    assert chain_order(p) is None and segment_plan(p) is None
+
+
+def test_auto_proves_a_chain_optimal_with_the_segment_bound():
+    # a conv-like node every other position runs 10x faster on the npu, over a slow link
+    nodes = [f"n{i}" for i in range(40)]
+    cost = {v: {"cpu": 10.0, "npu": 1.0 if i % 2 == 0 else INF} for i, v in enumerate(nodes)}
+    for i in range(10, 20):  # a stretch of npu-only work long enough to be worth the trip
+        cost[nodes[i]]["npu"] = 1.0
+    p = Problem(
+        nodes=nodes,
+        units=["cpu", "npu"],
+        cost=cost,
+        edges=[Edge(a, b, 4000, (f"{a}_out",)) for a, b in zip(nodes, nodes[1:], strict=False)],
+        links={("cpu", "npu"): Link(20.0, 2.0)},
+        call_overhead_us={"npu": 5.0},
+    )
+    seg = segment_plan(p)
+    sched = get_scheduler("auto").schedule(p, time_limit=5)
+    assert sched.status == "optimal"
+    assert sched.lower_bound == pytest.approx(seg.bound_us)
+    assert latency(p, seg.parts) == pytest.approx(seg.bound_us)
