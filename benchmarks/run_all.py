@@ -56,6 +56,17 @@ SUITE = [
         "60 s. Planning only.",
     ),
     (
+        "anytime",
+        "anytime_bench.py",
+        [],
+        "The planner on generated problems nobody tuned for: the zoo's torchvision-style models, "
+        "each with seeded unit sets (this machine's CPU, onnxruntime 1 thread, profiled; 1-4 "
+        "modeled NPUs at 0.3-10x its convolution rate, op lists from conv-only to everything, "
+        "5-100 us per call, links 5-200 us and 0.5-20 GB/s). `auto` at 1, 10 (the default) and "
+        "60 s: its plan's gap to the best plan any run found, its bound's gap below it, wall "
+        "time; every other scheduler at 10 s (the best known includes them). Planning only.",
+    ),
+    (
         "repro",
         "repro_bench.py",
         [],

@@ -276,8 +276,11 @@ def test_progress_lines_on_a_piped_stderr(files):
     assert r.returncode == 0, r.stderr
     # a warning met while planning ends the line; the stage's line then comes whole at its end
     stages = [x.split(" ...")[0] for x in r.stderr.splitlines() if not x.startswith("WARNING")]
-    assert list(dict.fromkeys(stages)) == ["profiling", "planning"], r.stderr
-    assert r.stderr.splitlines()[-1].startswith("planning ... ")
+    seen = list(dict.fromkeys(stages))
+    assert seen[:2] == ["profiling", "planning"], r.stderr
+    # then auto's stages, each with the best plan and bound so far
+    assert seen[2:] and all(x.startswith("planning: ") and "best so far" in x for x in seen[2:])
+    assert r.stderr.splitlines()[-1].startswith("planning: ")
     for quiet in ("--quiet", "--json"):  # no progress; warnings (a 0.3 s cap is hit) still show
         r = _run("plan", files / "branchy.onnx", *common, quiet)
         assert r.returncode == 0, r.stderr

@@ -39,6 +39,7 @@ from partuner.units import UnitSet
 __all__ = [
     "build_problem",
     "make_plan",
+    "planning_stages",
     "plan_file",
     "plan_from_file",
     "proven_lower_bound",
@@ -156,6 +157,17 @@ def make_plan(
     best.solve_s = time.perf_counter() - t0  # type: ignore[attr-defined]
     plans["auto"] = best
     return best, plans
+
+
+def planning_stages(say: Callable[[str], None]) -> Callable[[str, float, float], None]:
+    """A :func:`make_plan` ``progress`` that says each stage of ``auto`` as one line, e.g.
+    ``planning: pexact (best so far 26.509 ms, bound 23.720 ms)``."""
+
+    def said(step: str, best_us: float, bound_us: float) -> None:
+        best, bound = best_us / 1e3, bound_us / 1e3
+        say(f"planning: {step} (best so far {best:.3f} ms, bound {bound:.3f} ms)")
+
+    return said
 
 
 def proven_lower_bound(problem: Problem, plans: Mapping[str, Plan]) -> float:
@@ -343,7 +355,9 @@ def tune(
     problem = build_problem(graph, units, profile, corrections)
     problem.validate()
     say("planning")
-    plan, plans = make_plan(problem, scheduler, time_limit=time_limit)
+    plan, plans = make_plan(
+        problem, scheduler, time_limit=time_limit, progress=planning_stages(say)
+    )
     lb = plan.lower_bound_us = proven_lower_bound(problem, plans)
     pf = plan_file(plan, graph, units)
     say("exporting")

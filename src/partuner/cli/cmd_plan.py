@@ -87,7 +87,7 @@ def plan_cmd(
     """Profile MODEL on the units (reusing the store), plan it, and print the plan."""
     from partuner.errors import PartunerError
     from partuner.export import atomic_write, plan_to_dict, write_plan
-    from partuner.pipeline import build_problem, make_plan, proven_lower_bound
+    from partuner.pipeline import build_problem, make_plan, planning_stages, proven_lower_bound
     from partuner.plan import Problem, critical_path_bound, get_scheduler
     from partuner.plan.auto import Auto  # noqa: F401  (registers "auto" and "exact")
 
@@ -109,13 +109,11 @@ def plan_cmd(
         atomic_write(dump_problem, problem.to_json())
     with StageLines(quiet or as_json) as stage:
         stage("planning")
-
-        def said(step: str, best_us: float, bound_us: float) -> None:
-            best, bound = best_us / 1e3, bound_us / 1e3
-            stage(f"planning: {step} (best so far {best:.3f} ms, bound {bound:.3f} ms)")
-
         plan, plans = make_plan(
-            problem, "auto" if compare else scheduler, time_limit=time_limit, progress=said
+            problem,
+            "auto" if compare else scheduler,
+            time_limit=time_limit,
+            progress=planning_stages(stage),
         )
         if compare and scheduler != "auto":
             plan = plans.get(scheduler) or make_plan(problem, scheduler, time_limit=time_limit)[0]
