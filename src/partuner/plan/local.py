@@ -48,10 +48,15 @@ class Run:
 
 
 def list_schedule(
-    problem: Problem, assignment: Mapping[str, str], order: Sequence[str], name: str
+    problem: Problem,
+    assignment: Mapping[str, str],
+    order: Sequence[str],
+    name: str,
+    bound_us: float | None = None,
 ) -> Schedule:
     """The schedule running each node on ``assignment[node]``, taken in ``order``
-    (topological), each as early as its inputs (``comm_us``) and its unit's hardware allow."""
+    (topological), each as early as its inputs (``comm_us``) and its unit's hardware allow;
+    ``bound_us``: ``lower_bound(problem)`` when the caller has it already."""
     free: dict[str, float] = {}
     slots: dict[str, Slot] = {}
     for n in order:
@@ -64,7 +69,9 @@ def list_schedule(
         slots[n] = Slot(n, u, start, start + problem.cost[n][u])
         for r in res:
             free[r] = start + problem.cost[n][u]
-    return Schedule(slots, name, "heuristic", lower_bound(problem))
+    return Schedule(
+        slots, name, "heuristic", lower_bound(problem) if bound_us is None else bound_us
+    )
 
 
 def _chains(problem: Problem) -> list[list[str]]:
@@ -126,6 +133,7 @@ def improve(
     seen = {tuple(assignment[n] for n in problem.nodes)}
     chains = _chains(problem)
     limited = problem.memory_limited
+    node_lb, plan_lb = lower_bound(problem), lower_bound(problem, partitions=True)
     improved = True
     while improved and not clock.expired(deadline):
         improved = False
@@ -141,8 +149,8 @@ def improve(
             if limited and overflow(problem, cand) is not None:
                 continue
             clock.spend(MOVE_S_PER_NODE * len(problem.nodes))
-            s = list_schedule(problem, cand, order, name)
-            plan = plan_from_schedule(problem, s)
+            s = list_schedule(problem, cand, order, name, node_lb)
+            plan = plan_from_schedule(problem, s, plan_bound_us=plan_lb)
             if plan.predicted_us < best.plan.predicted_us * (1 - _REL) - 1e-12:
                 best = Run(s, plan, start.solve_s + time.perf_counter() - t0)
                 assignment = cand
@@ -184,6 +192,7 @@ def anneal(
     assignment = dict(start.schedule.assignment)
     order = schedule_order(problem, start.schedule)
     current, best = start.plan, start
+    node_lb, plan_lb = lower_bound(problem), lower_bound(problem, partitions=True)
     hot = 0.02 * max(current.predicted_us, 1e-9)
     cold = 1e-4 * max(current.predicted_us, 1e-9)
     for k in range(steps):
@@ -198,8 +207,8 @@ def anneal(
             continue
         clock.spend(step_s)
         try:
-            s = list_schedule(problem, cand, cand_order, name)
-            plan = plan_from_schedule(problem, s)
+            s = list_schedule(problem, cand, cand_order, name, node_lb)
+            plan = plan_from_schedule(problem, s, plan_bound_us=plan_lb)
         except PartunerError:  # e.g. a partition cycle the cut could not avoid
             continue
         delta = plan.predicted_us - current.predicted_us

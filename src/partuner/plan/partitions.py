@@ -212,10 +212,15 @@ class Plan:
         return groups
 
 
-def plan_from_schedule(problem: Problem, schedule: Schedule) -> Plan:
+def plan_from_schedule(
+    problem: Problem, schedule: Schedule, *, plan_bound_us: float | None = None
+) -> Plan:
     """Cut ``schedule`` into partitions (its own ``partitions`` when it lists them and they
-    run) and predict their latency."""
+    run) and predict their latency. ``plan_bound_us``: ``lower_bound(problem,
+    partitions=True)`` when the caller has it already (a search evaluating many plans)."""
     parts = _own_partitions(problem, schedule) or make_partitions(problem, schedule)
+    if plan_bound_us is None:
+        plan_bound_us = lower_bound(problem, partitions=True)
     used = {p.unit for p in parts}
     return Plan(
         partitions=parts,
@@ -223,7 +228,7 @@ def plan_from_schedule(problem: Problem, schedule: Schedule) -> Plan:
         scheduler=schedule.scheduler,
         status=schedule.status,
         predicted_us=max((p.end_us for p in parts), default=0.0),
-        lower_bound_us=max(schedule.lower_bound or 0.0, lower_bound(problem, partitions=True)),
+        lower_bound_us=max(schedule.lower_bound or 0.0, plan_bound_us),
         modeled=bool(used & problem.modeled),
     )
 
