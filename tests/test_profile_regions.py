@@ -14,6 +14,7 @@ from partuner.cli import main
 from partuner.errors import UnitError, UnitUnavailableError
 from partuner.graph import load_model, zoo
 from partuner.profile import ProfileStore, profile_model
+from partuner.profile.context import wake_measurement
 from partuner.profile.regions import RegionCosts, RegionStat, supported_regions
 from partuner.profile.store import OK
 from partuner.units import OnnxruntimeUnit, register_backend, units_from_mapping
@@ -186,3 +187,23 @@ def test_waking_up_after_idling_is_measured_and_charged_per_partition(tmp_path):
         min(max(up.call_us, up.overhead_us - up.wake_us) + up.wake_us, up.whole_us / 2)
     )
     assert up.overhead_us >= min(up.call_us + up.wake_us, up.whole_us / 2) - 1e-9
+
+
+def test_a_wake_row_of_noisy_differences_reads_back(tmp_path):
+    # waking up is a difference of two timings: its low percentile can come out below zero,
+    # and a row stored so was refused when read back (the next `plan` after `profile` failed)
+    m = wake_measurement([-40.0, -5.0, 3.0, 30.0, 35.0], 16)
+    assert m.median_us == 3.0 and m.p10_us == 0.0 and m.p90_us > 30.0
+    with ProfileStore(tmp_path / "p.db") as store:
+        store.put("fp", "__wake__#d#k16", m)
+        assert store.get("fp", "__wake__#d#k16") == m
+    assert wake_measurement([-9.0, -1.0], 16).median_us == 0.0
+
+
+def test_a_wake_row_stored_by_the_last_version_still_reads(tmp_path):
+    from partuner.profile.store import Measurement
+
+    old = Measurement(33.5, -12.0, 80.0, 50, OK, "{}")  # as the previous version stored it
+    with ProfileStore(tmp_path / "p.db") as store:
+        store.put("fp", "__wake__#d#k16", old)
+        assert store.get("fp", "__wake__#d#k16").median_us == 33.5

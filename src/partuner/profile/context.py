@@ -46,6 +46,7 @@ __all__ = [
     "fit_chain_costs",
     "measure_chains",
     "measure_wake",
+    "wake_measurement",
 ]
 
 log = logging.getLogger(__name__)
@@ -263,12 +264,19 @@ def _time_wake(
     finally:
         for r in runners:
             r.close()
-    arr = np.asarray(diffs)
+    return wake_measurement(diffs, len(parts))
+
+
+def wake_measurement(diffs: list[float], partitions: int) -> Measurement:
+    """The stored row of a wake-up measurement: the per-chunk differences' median, 10th and
+    90th percentiles, each at least 0 (a difference of two noisy times can come out below 0,
+    and a measured time is never negative: the store refuses such a row when read back)."""
+    arr = np.asarray(diffs, dtype=float)
     return Measurement(
-        float(np.median(arr)),
-        float(np.percentile(arr, 10)),
-        float(np.percentile(arr, 90)),
+        max(0.0, float(np.median(arr))),
+        max(0.0, float(np.percentile(arr, 10))),
+        max(0.0, float(np.percentile(arr, 90))),
         len(diffs),
         OK,
-        json.dumps({"partitions": len(parts), "idle_s": IDLE_S}),
+        json.dumps({"partitions": partitions, "idle_s": IDLE_S}),
     )

@@ -279,12 +279,11 @@ class ProfileStore:
         if row is None:
             return None
         times = [float("inf") if v is None else v for v in row[:3]]
-        ok = all(
-            isinstance(t, int | float) and not isinstance(t, bool) and (t >= 0 or t != t)
-            for t in times
-        )
-        if ok and row[4] == OK:  # a measured time must be a finite number >= 0
-            ok = all(0 <= t < float("inf") for t in times)
+        ok = all(isinstance(t, int | float) and not isinstance(t, bool) for t in times)
+        ok = ok and (times[0] >= 0 or times[0] != times[0])
+        if ok and row[4] == OK:  # a measured time must be a finite number >= 0; its spread
+            # finite (partuner 0.x stored wake-up rows with a 10th percentile below 0)
+            ok = 0 <= times[0] < float("inf") and all(abs(t) < float("inf") for t in times)
         ok = ok and isinstance(row[3], int | type(None)) and isinstance(row[4], str)
         if not ok or not isinstance(row[5], str | type(None)):
             raise ProfileError(
