@@ -261,7 +261,7 @@ def main() -> None:
         for b in budgets:
             a = r["auto"][f"{b:g}"]
             cells.append(
-                f"{a['predicted_ms']:.3f} (+{a['gap']:.1%}; bound -{a['bound_gap']:.1%}; "
+                f"{a['predicted_ms']:.3f} (+{a['gap']:.1%}; bound -{max(a['bound_gap'], 0.0):.1%}; "
                 f"{a['wall_s']:.1f} s)"
                 if "predicted_ms" in a
                 else "-"

@@ -13,7 +13,8 @@ problem and budget give the same plan on every run.
 * :func:`anneal` (simulated annealing, after Kirkpatrick, Gelatt and Vecchi 1983) also moves
   single nodes and swaps neighbours in the order, and accepts a worse candidate with
   probability ``exp(-delta / T)``, the temperature falling geometrically from 2 % to 0.01 % of
-  the start's latency over its budget; it returns the best plan it saw.
+  the start's latency over its budget; it returns the best plan it saw, and gives the rest of
+  its budget back once a quarter of it (at least 200 steps) passed without a new best.
 """
 
 from __future__ import annotations
@@ -195,8 +196,10 @@ def anneal(
     node_lb, plan_lb = lower_bound(problem), lower_bound(problem, partitions=True)
     hot = 0.02 * max(current.predicted_us, 1e-9)
     cold = 1e-4 * max(current.predicted_us, 1e-9)
+    stall = max(200, steps // 4)  # steps without a new best before giving the budget back
+    last_gain = 0
     for k in range(steps):
-        if clock.expired(deadline):
+        if clock.expired(deadline) or k - last_gain > stall:
             break
         temp = hot * (cold / hot) ** (k / steps)
         move = _random_move(problem, rng, current, assignment, order, chains, runnable)
@@ -216,6 +219,7 @@ def anneal(
             assignment, order, current = cand, cand_order, plan
             if plan.predicted_us < best.plan.predicted_us * (1 - _REL) - 1e-12:
                 best = Run(s, plan, start.solve_s + time.perf_counter() - t0)
+                last_gain = k
     return best
 
 
