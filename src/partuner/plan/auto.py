@@ -45,17 +45,23 @@ _REL = 1e-9  # relative improvement a move must bring
 class Auto(Scheduler):
     """The best of every registered scheduler by predicted latency, then improved locally.
 
+    0. A chain-shaped problem is solved by :func:`~partuner.plan.chain.segment_plan`; when its
+       plan meets the programme's bound it is returned at once, ``optimal``.
     1. Each heuristic (every registered scheduler but ``auto``, ``exact`` and ``pexact``) runs;
        its schedule is cut into partitions and simulated (``plan_from_schedule(...)``).
-    2. When OR-Tools is installed: ``exact`` (node-level CP-SAT) with ``exact_share`` (10 %)
+    2. Simulated annealing (:func:`~partuner.plan.local.anneal`) from the best plan so far with
+       ``anneal_share`` (25 %) of the budget.
+    3. When OR-Tools is installed: ``exact`` (node-level CP-SAT) with ``exact_share`` (10 %)
        of the remaining budget, then ``pexact`` (partition-level CP-SAT,
-       :mod:`partuner.plan.pexact`) with ``pexact_share`` (90 %) of what is left, each
+       :mod:`partuner.plan.pexact`) with ``pexact_share`` (85 %) of what is left, each
        warm-started from the schedules so far.
-    3. From the three best plans, a hill climb (:func:`improve`) moves whole partitions, chains
-       of nodes (branches) and partition-boundary nodes to other units, which also merges
-       neighbouring partitions, keeping each move that lowers the re-simulated latency
-       (first-improvement local search, the partition simulation as the judge), never
-       past a unit's memory.
+    4. Annealing again from the best plan of all with most of what is left, then a hill climb
+       (:func:`~partuner.plan.local.improve`) that moves whole partitions, chains of nodes
+       (branches) and partition-boundary nodes to other units, keeping each move that lowers
+       the re-simulated latency, never past a unit's memory.
+
+    ``progress(stage, best_us, bound_us)``, when given, hears each stage start with the best
+    plan and bound so far.
 
     The result is never worse than any scheduler run. ``time_limit`` (default 10 s) bounds the
     whole. ``lower_bound`` is the best bound proven on the predicted latency of any plan
@@ -66,7 +72,8 @@ class Auto(Scheduler):
     comes from exact or pexact, ``"heuristic"`` otherwise.
 
     After :meth:`schedule`, ``runs`` holds each scheduler's :class:`Run` by name (the local
-    search's as ``"<start>+local"`` when it helped), ``errors`` why the others gave none, and
+    searches' as ``"<start>+anneal"`` / ``"<start>+local"`` when they helped), ``errors`` why
+    the others gave none, and
     ``chosen`` the winner's name.
     """
 
@@ -77,7 +84,7 @@ class Auto(Scheduler):
         *,
         anneal_share: float = 0.25,
         exact_share: float = 0.1,
-        pexact_share: float = 0.7,
+        pexact_share: float = 0.85,
         workers: int | None = None,
         progress: Callable[[str, float, float], None] | None = None,
     ) -> None:
