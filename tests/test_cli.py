@@ -248,7 +248,7 @@ def test_tune_keeps_the_single_unit_unless_the_split_measures_faster(
 
     real_make_plan = pipeline.make_plan
 
-    def split_plan(problem, scheduler="auto", *, time_limit=None):
+    def split_plan(problem, scheduler="auto", *, time_limit=None, progress=None):
         best, plans = real_make_plan(problem, "single")
         nodes = best.partitions[0].nodes
         half = len(nodes) // 2

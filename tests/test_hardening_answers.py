@@ -138,7 +138,7 @@ def test_tune_prints_the_lower_bound_it_writes(files, monkeypatch):
 
     real = pipeline.make_plan
 
-    def proving(problem, scheduler="auto", *, time_limit=None):
+    def proving(problem, scheduler="auto", *, time_limit=None, progress=None):
         plan, plans = real(problem, scheduler, time_limit=time_limit)
         best = min(p.predicted_us for p in plans.values())
         plan.lower_bound_us = best * 0.99  # a stronger bound than lower_bound(problem)
