@@ -73,6 +73,23 @@ RUNTIME_MODELS = (
 )
 
 
+def run_plan_json(model: Path, plan: Path, units: Path, db: Path, repeat: int) -> dict[str, Any]:
+    """``partuner run MODEL --plan PLAN --json`` in a fresh process: its JSON answer. Raises
+    RuntimeError with the command's last line when it fails."""
+    cli = Path(sys.executable).with_name("partuner")
+    out = subprocess.run(
+        [str(cli), "run", str(model), "--plan", str(plan), "--units", str(units)]
+        + ["--db", str(db), "--repeat", str(repeat), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if out.returncode != 0:
+        lines = (out.stderr or out.stdout).strip().splitlines()
+        raise RuntimeError(lines[-1] if lines else f"exit status {out.returncode}")
+    return json.loads(out.stdout)
+
+
 def median_us(fn, runs: int, warmup: int = 3) -> float:
     """Median wall time of ``fn()`` over ``runs`` calls after ``warmup`` unrecorded ones, in us."""
     for _ in range(warmup):

@@ -26,7 +26,6 @@ Writes benchmarks/results/process_ab.json and prints a markdown table.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RUNTIME_MODELS, machine, temp_dir, write_result  # noqa: E402
+from common import RUNTIME_MODELS, machine, run_plan_json, temp_dir, write_result  # noqa: E402
 
 from partuner.graph import load_model, zoo  # noqa: E402
 from partuner.pipeline import tune  # noqa: E402
@@ -77,15 +76,7 @@ def _plain_ms(model: Path, repeat: int) -> float:
 
 
 def _plan_ms(model: Path, plan: Path, units: Path, db: Path, repeat: int) -> float:
-    cli = Path(sys.executable).with_name("partuner")
-    out = subprocess.run(
-        [str(cli), "run", str(model), "--plan", str(plan), "--units", str(units)]
-        + ["--db", str(db), "--repeat", str(repeat), "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return float(json.loads(out.stdout)["measured_ms"])
+    return float(run_plan_json(model, plan, units, db, repeat)["measured_ms"])
 
 
 def bench(name: str, size: int, sets: dict, work: Path, rounds: int, repeat: int) -> list[dict]:

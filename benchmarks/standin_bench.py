@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import statistics
 import subprocess
@@ -56,7 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, machine, shared_model, temp_dir, write_result  # noqa: E402
+from common import ROOT, machine, run_plan_json, shared_model, temp_dir, write_result  # noqa: E402
 from seed_bench import groups_in_parallel  # noqa: E402
 
 from partuner.errors import PartunerError  # noqa: E402
@@ -183,18 +182,7 @@ def plan_key(plan) -> frozenset:
 
 def run_plan(model: Path, plan: Path, units: Path, db: Path, repeat: int) -> tuple[float, bool]:
     """(measured median ms, outputs checked) of ``partuner run`` in a fresh process."""
-    cli = Path(sys.executable).with_name("partuner")
-    out = subprocess.run(
-        [str(cli), "run", str(model), "--plan", str(plan), "--units", str(units)]
-        + ["--db", str(db), "--repeat", str(repeat), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if out.returncode != 0:
-        lines = (out.stderr or out.stdout).strip().splitlines()
-        raise RuntimeError(lines[-1] if lines else f"exit status {out.returncode}")
-    got = json.loads(out.stdout)
+    got = run_plan_json(model, plan, units, db, repeat)
     return float(got["measured_ms"]), bool(got["check"]["passed"])
 
 
