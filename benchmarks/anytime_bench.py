@@ -203,6 +203,9 @@ def main() -> None:
         if args.models
         else (["squeezenet", "resnet18", "mobilenet_v2"] if args.quick else list(MODELS))
     )
+    unknown = [m for m in models if m not in zoo.NAMES]
+    if unknown:
+        ap.error(f"unknown model(s) {unknown}; known: {', '.join(MODELS)}")
     budgets = [float(b) for b in (args.budgets or ("1,3" if args.quick else "1,10,60")).split(",")]
     default = 3.0 if args.quick else 10.0
     if default not in budgets:
