@@ -8,9 +8,14 @@ Per problem: ``auto`` at each budget (its plan, its bound, wall time) and every 
 at the default budget; the best plan any run found ("best known") and the best bound any run
 proved. Planning only: nothing is run, every figure is a prediction.
 
-    python benchmarks/anytime_bench.py [--quick] [--configs N] [--budgets 1,10,60]
+    python benchmarks/anytime_bench.py [--quick] [--configs N] [--budgets 1,10,60] [--review]
 
-Writes benchmarks/results/anytime.json and prints a markdown table with the goal lines.
+``--review`` plans instead the four held-out problems of the independent review in issue 17
+(Inception-v3 and DenseNet-121 with a CPU and one modeled conv-only NPU, GoogLeNet and
+SqueezeNet with two; 200 GFLOP/s, 40 µs per call, links 60 µs + 1.5 GB/s).
+
+Writes benchmarks/results/anytime.json (anytime_review.json with ``--review``) and prints a
+markdown table with the goal lines.
 """
 
 from __future__ import annotations
@@ -108,6 +113,24 @@ def generated_config(rng: random.Random, cpu_gflops: float) -> tuple[dict[str, A
     return spec, text
 
 
+# the independent review's held-out problems (issue 17): model, number of NPUs
+REVIEW = (("inception_v3", 1), ("densenet121", 1), ("googlenet", 2), ("squeezenet", 2))
+
+
+def review_config(n_npu: int) -> tuple[dict[str, Any], str]:
+    """The review's unit set: a 1-thread onnxruntime CPU and ``n_npu`` modeled conv-only NPUs
+    (200 GFLOP/s, 6 GB/s, 40 µs per call) over links of 60 µs + 1.5 GB/s."""
+    npu = {"backend": "modeled", "gflops": 200, "gbps": 6, "overhead_us": 40, "ops": ["Conv"]}
+    spec = {
+        "units": {
+            "cpu": {"backend": "onnxruntime", "threads": 1},
+            **{f"npu{i}": dict(npu) for i in range(n_npu)},
+        },
+        "links": {"default": {"latency_us": 60, "gbps": 1.5}},
+    }
+    return spec, f"review: cpu+{n_npu} npu conv-only 200 GFLOP/s, 40 us/call, link 60 us + 1.5 GB/s"
+
+
 def _solve(problem, name: str, limit: float) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
@@ -196,6 +219,11 @@ def main() -> None:
     ap.add_argument("--budgets", help="auto's budgets in s, comma-separated (default 1,10,60)")
     ap.add_argument("--models", help=f"comma-separated, of {', '.join(MODELS)}")
     ap.add_argument("--seed", type=int, default=17)
+    ap.add_argument(
+        "--review",
+        action="store_true",
+        help="the review's four held-out problems instead of generated unit sets",
+    )
     args = ap.parse_args()
     size = 64 if args.quick else 224
     models = (
@@ -203,6 +231,9 @@ def main() -> None:
         if args.models
         else (["squeezenet", "resnet18", "mobilenet_v2"] if args.quick else list(MODELS))
     )
+    result_name = "anytime_review" if args.review else "anytime"
+    if args.review:
+        models = [m for m, _ in REVIEW]
     unknown = [m for m in models if m not in zoo.NAMES]
     if unknown:
         ap.error(f"unknown model(s) {unknown}; known: {', '.join(MODELS)}")
@@ -219,8 +250,12 @@ def main() -> None:
         with ProfileStore(work / "p.db") as store:
             base = units_from_mapping({"units": {"cpu": {"backend": "onnxruntime", "threads": 1}}})
             gf = cpu_conv_gflops(graph, profile_model(graph, base, store=store), "cpu")
-            for k in range(configs):
-                spec, text = generated_config(rng, gf)
+            todo = (
+                [review_config(n) for m, n in REVIEW if m == name]
+                if args.review
+                else [generated_config(rng, gf) for _ in range(configs)]
+            )
+            for k, (spec, text) in enumerate(todo):
                 units = units_from_mapping(spec)
                 problem = build_problem(graph, units, profile_model(graph, units, store=store))
                 t0 = time.perf_counter()
@@ -238,10 +273,10 @@ def main() -> None:
                     }
                 )
                 print(f"done {name} #{k} ({text}) in {rows[-1]['wall_s']:.0f} s", file=sys.stderr)
-                write_result("anytime", {"machine": machine(), "rows": rows})
+                write_result(result_name, {"machine": machine(), "rows": rows})
     lines = goals(rows, default)
     path = write_result(
-        "anytime",
+        result_name,
         {
             "machine": machine(),
             "quick": args.quick,

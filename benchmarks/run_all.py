@@ -67,6 +67,16 @@ SUITE = [
         "time; every other scheduler at 10 s (the best known includes them). Planning only.",
     ),
     (
+        "anytime_review",
+        "anytime_bench.py",
+        ["--review"],
+        "The independent review's held-out problems of issue 17: Inception-v3 and DenseNet-121 "
+        "with a 1-thread onnxruntime CPU and one modeled conv-only NPU, GoogLeNet and SqueezeNet "
+        "with two (200 GFLOP/s, 6 GB/s, 40 us per call; links 60 us + 1.5 GB/s). `auto` at 1, 10 "
+        "and 60 s against the best plan any run found and the best bound; every other scheduler "
+        "at 10 s. Planning only.",
+    ),
+    (
         "repro",
         "repro_bench.py",
         [],

@@ -26,6 +26,7 @@ from partuner.plan.exact import (
     heuristic_names,
     solver_available,
 )
+from partuner.plan.floors import floor_bound
 from partuner.plan.local import Run, anneal, improve, list_schedule
 from partuner.plan.partitions import plan_from_schedule
 from partuner.plan.pexact import PartitionExact
@@ -97,6 +98,7 @@ class Auto(Scheduler):
         self.errors: dict[str, str] = {}
         self.chosen = ""
         self._chain_bound: float | None = None
+        self._floor_bound = 0.0
 
     def schedule(self, problem: Problem, *, time_limit: float | None = None) -> Schedule:
         problem.validate()
@@ -106,6 +108,7 @@ class Auto(Scheduler):
         self.runs = {}
         self.errors = {}
         chain_bound = self._chain_bound = self._chain(problem)
+        self._floor_bound = floor_bound(problem)
         if chain_bound is not None and "chain" in self.runs:
             run = self.runs["chain"]
             if run.plan.predicted_us <= chain_bound * (1 + 1e-9) + 1e-9:
@@ -175,7 +178,9 @@ class Auto(Scheduler):
 
     def _bound(self, problem: Problem) -> float:
         """The best bound proven so far on every plan's predicted latency (µs)."""
-        bound = max(lower_bound(problem, partitions=True), self._chain_bound or 0.0)
+        bound = max(
+            lower_bound(problem, partitions=True), self._chain_bound or 0.0, self._floor_bound
+        )
         for solver in ("exact", "pexact"):
             run = self.runs.get(solver)
             if run is not None and run.schedule.lower_bound is not None:

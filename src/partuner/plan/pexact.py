@@ -45,6 +45,7 @@ from partuner.plan.clock import WorkClock
 from partuner.plan.common import lower_bound
 from partuner.plan.decompose import regions
 from partuner.plan.exact import _cp_model, group_slack, heuristic_schedules
+from partuner.plan.floors import Floors
 from partuner.plan.memory import overflow
 from partuner.plan.partitions import plan_from_schedule
 from partuner.plan.problem import Problem
@@ -197,11 +198,16 @@ def solve_plan(
         for b in (problem.runnable_units(r.exit) if r.exit is not None else [None])
     ]
     by_region: list[list[Job]] = [[] for _ in parts]
+    floors = Floors(problem)
     for job in pinned:
         by_region[job[0]].append(job)
+        # paths and loads (µs), less what the model's rounding to ticks may lose on a path
+        paths = floors.of(parts[job[0]], job[1], job[2])
+        paths -= 2 * (len(parts[job[0]].nodes) + 1) * tick_us
+        bounds[job] = max(bounds.get(job, 0.0), paths)
         if job[1] is not None:  # regions small beside the links settle without a solver
             floor, easy = one_unit_bound(problem, parts[job[0]], job[1], job[2], tick_us=tick_us)
-            bounds[job] = max(bounds.get(job, 0.0), floor)
+            bounds[job] = max(bounds[job], floor)
             if easy is not None:
                 settle(job[0], easy, pinned=True)
 

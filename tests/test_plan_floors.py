@@ -1,0 +1,130 @@
+"""Path-and-load floors (:mod:`partuner.plan.floors`): below every plan, and tight where the
+links make branch parallelism a loss."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from partuner.plan import Edge, Link, Problem, get_scheduler, plan_from_schedule
+from partuner.plan.common import lower_bound
+from partuner.plan.decompose import Region
+from partuner.plan.floors import Floors, block_floor, floor_bound
+from partuner.plan.problem import FusedGroup
+from test_plan_cases import PROPERTY, problems
+from test_plan_pexact import optimum
+
+
+@st.composite
+def costly_problems(draw) -> Problem:
+    """Tiny random problems with boundary costs per byte and fused pairs besides."""
+    p = draw(problems(max_nodes=5, max_units=3))
+    groups = []
+    for e in p.edges:
+        if draw(st.integers(0, 3)) == 0 and not any(e.src in g.nodes for g in groups):
+            pair = (e.src, e.dst)
+            groups.append(
+                FusedGroup(pair, {u: 0.5 * (p.cost[e.src][u] + p.cost[e.dst][u]) for u in p.units})
+            )
+    return Problem(
+        nodes=p.nodes,
+        units=p.units,
+        cost=p.cost,
+        edges=p.edges,
+        links=p.links,
+        default_link=p.default_link,
+        call_overhead_us=p.call_overhead_us,
+        boundary_us_per_byte={u: draw(st.sampled_from([0.0, 1e-4, 1e-2])) for u in p.units},
+        groups=[g for g in groups if all(n in p.nodes for n in g.nodes)],
+        name="random",
+        resources=p.resources,
+    )
+
+
+@PROPERTY
+@given(p=problems(max_nodes=5, max_units=3))
+def test_the_floor_is_below_every_plan(p: Problem) -> None:
+    best = optimum(p)
+    got = floor_bound(p)
+    assert got <= best * (1 + 1e-9) + 1e-9, (got, best)
+
+
+@PROPERTY
+@given(p=costly_problems())
+def test_the_floor_holds_with_boundary_costs_and_fused_groups(p: Problem) -> None:
+    best = optimum(p)
+    assert floor_bound(p) <= best * (1 + 1e-9) + 1e-9
+
+
+def fork_join(latency_us: float, nbytes: int = 0) -> Problem:
+    """a -> (b, c) -> d, 10 µs each on two equal units."""
+    pairs = [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")]
+    return Problem(
+        list("abcd"),
+        ["u", "v"],
+        {n: {"u": 10.0, "v": 10.0} for n in "abcd"},
+        [Edge(s, t, nbytes, (f"{s}:out",)) for s, t in pairs],
+        default_link=Link(latency_us, 1.0),
+    )
+
+
+def test_slow_links_prove_the_one_unit_plan_optimal() -> None:
+    # b beside c on the other unit would cost two 30 µs crossings: all on one unit, 40 µs
+    p = fork_join(30.0)
+    assert optimum(p) == 40.0
+    assert lower_bound(p, partitions=True) == 30.0  # the critical path: weaker
+    assert math.isclose(floor_bound(p), 40.0, rel_tol=1e-6)
+
+
+def test_fast_links_leave_room_for_branches_side_by_side() -> None:
+    p = fork_join(1.0)
+    best = optimum(p)
+    assert best == 31.0  # a and b on u, c beside b on v (1 µs to get there), d after it on v
+    assert 30.0 <= floor_bound(p) <= best
+
+
+def test_bytes_count_on_the_links() -> None:
+    # 1 GB/s: 20 kB take 20 µs each way, so the branch stays home even with no latency
+    p = fork_join(0.0, nbytes=20_000)
+    assert math.isclose(floor_bound(p), optimum(p), rel_tol=1e-6)
+
+
+def test_a_block_nobody_can_end_on_a_unit_is_infinite() -> None:
+    p = fork_join(1.0)
+    p2 = Problem(
+        p.nodes,
+        p.units,
+        {**p.cost, "d": {"u": 10.0, "v": math.inf}},
+        p.edges,
+        default_link=p.default_link,
+    )
+    block = Region("a", ("b", "c", "d"), "d")
+    assert block_floor(p2, block, "u", "v") == math.inf
+    assert block_floor(p2, block, "u", "u") > 0
+
+
+def test_blocks_split_at_articulation_nodes() -> None:
+    p = fork_join(1.0)
+    floors = Floors(p)
+    whole = Region(None, tuple(p.nodes), None)
+    assert [b.nodes for b in floors.blocks(whole)] == [("a",), ("b", "c", "d")]
+    assert [(b.entry, b.exit) for b in floors.blocks(whole)] == [(None, "a"), ("a", None)]
+
+
+def test_auto_reports_the_floor_when_it_is_the_best_bound() -> None:
+    # three branches, links too slow to use: the floor proves the one-unit plan optimal
+    pairs = [("a", "b"), ("a", "c"), ("a", "e"), ("b", "d"), ("c", "d"), ("e", "d")]
+    p = Problem(
+        list("abced"),
+        ["u", "v", "w"],
+        {n: {"u": 10.0, "v": 10.0, "w": 10.0} for n in "abced"},
+        [Edge(s, t, 0, (f"{s}:out",)) for s, t in pairs],
+        default_link=Link(50.0, 1.0),
+        call_overhead_us={"u": 2.0, "v": 2.0, "w": 2.0},
+    )
+    s = get_scheduler("auto").schedule(p, time_limit=2)
+    assert plan_from_schedule(p, s).predicted_us == 52.0
+    assert s.lower_bound is not None and math.isclose(s.lower_bound, 52.0, rel_tol=1e-6)
+    assert s.status == "optimal"
