@@ -5,8 +5,12 @@ or quieter. So the planner measures its work instead: CP-SAT reports the *determ
 each solve spent (a count of its operations, the same on every run of the same model with the
 same parameters), and the local searches charge a fixed amount per move they evaluate. A
 :class:`WorkClock` adds these up in **budget seconds**: :data:`WORK_PER_S` deterministic
-seconds make one second of the user's ``time_limit`` (chosen so that on a 2-core machine the
-default 10 s of ``auto`` stay under the cap on most zoo problems: benchmarks/repro_bench.py).
+seconds make one second of the user's ``time_limit``, and each solve costs :data:`CALL_S`
+besides (CP-SAT's start-up, which its deterministic time leaves out). Measured on a 2-core
+AMD EPYC over ``auto``'s solves on eight zoo problems: a solve took 0.024-0.028 s plus 0.72 s
+per deterministic second; one problem with five units made 278 solves, whose start-ups alone
+took 7.8 s of a 10 s budget charged as nothing before :data:`CALL_S` (benchmarks/repro_bench.py
+checks the cap).
 Every stage that used to compare :func:`time.monotonic` with a deadline compares
 :meth:`WorkClock.now` instead, so the same problem gets the same stages, solves and plan on
 every run.
@@ -25,11 +29,12 @@ import logging
 import time
 from typing import Any
 
-__all__ = ["MOVE_S_PER_NODE", "WORK_PER_S", "WorkClock"]
+__all__ = ["CALL_S", "MOVE_S_PER_NODE", "WORK_PER_S", "WorkClock"]
 
 log = logging.getLogger(__name__)
 
-WORK_PER_S = 0.25  # CP-SAT deterministic seconds per second of time_limit
+WORK_PER_S = 0.4  # CP-SAT deterministic seconds per second of time_limit
+CALL_S = 0.03  # budget seconds each CP-SAT solve costs besides its deterministic time
 MOVE_S_PER_NODE = 2e-5  # budget seconds a local-search move costs, per node of the problem
 
 
@@ -94,7 +99,7 @@ class WorkClock:
         solver = cp_model.CpSolver()
         p = solver.parameters
         p.catch_sigint_signal = False
-        p.max_deterministic_time = max(1e-4, time_limit * WORK_PER_S)
+        p.max_deterministic_time = max(1e-4, (time_limit - CALL_S) * WORK_PER_S)
         p.max_time_in_seconds = max(0.01, self.wall_left())
         p.num_workers = max(1, workers)
         p.random_seed = seed
@@ -104,8 +109,9 @@ class WorkClock:
         return solver
 
     def solve(self, solver: Any, model: Any) -> Any:
-        """``solver.solve(model)``, charging its deterministic time; returns the status."""
+        """``solver.solve(model)``, charging its deterministic time and :data:`CALL_S`;
+        returns the status."""
         code = solver.solve(model)
-        self.spend(solver.response_proto.deterministic_time / WORK_PER_S)
+        self.spend(CALL_S + solver.response_proto.deterministic_time / WORK_PER_S)
         self.hit_cap()
         return code
