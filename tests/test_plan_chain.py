@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from partuner.errors import InfeasiblePlanError
 from partuner.plan import get_scheduler
-from partuner.plan.chain import chain_order, segment_plan
+from partuner.plan.chain import chain_order, segment_plan, segment_plan_whole_handoff
 from partuner.plan.partitions import Partition, simulate
 from partuner.plan.problem import Edge, FusedGroup, Link, Problem
 
@@ -109,6 +109,56 @@ def test_the_segment_bound_holds_for_every_plan_and_its_plan_runs(problem):
     tol = 1e-9 * max(1.0, best)
     assert got.bound_us <= best + tol
     assert latency(problem, got.parts) >= best - tol  # a real plan, simulated
+
+
+@SLOW
+@given(chains())
+def test_the_whole_handoff_bound_holds_and_is_no_weaker(problem):
+    got = segment_plan_whole_handoff(problem)
+    assert got is not None
+    best = min(every_plan(problem))
+    tol = 1e-9 * max(1.0, best)
+    assert segment_plan(problem).bound_us - tol <= got.bound_us <= best + tol
+    assert latency(problem, got.parts) >= best - tol
+
+
+def residual_chain() -> Problem:
+    """x -> a -> b -> add(x, b), a residual block: x, a and b run faster on the npu, add only
+    on the cpu. Running x, a and b in one npu call (the optimum) hands add two values, x's and
+    b's, in one transfer of 8 kB."""
+    nodes = ["x", "a", "b", "add"]
+    cost = {
+        "x": {"cpu": 5.0, "npu": 1.0},
+        "a": {"cpu": 40.0, "npu": 2.0},
+        "b": {"cpu": 40.0, "npu": 2.0},
+        "add": {"cpu": 1.0, "npu": INF},
+    }
+    edges = [
+        Edge("x", "a", 4000, ("x_out",)),
+        Edge("a", "b", 4000, ("a_out",)),
+        Edge("b", "add", 4000, ("b_out",)),
+        Edge("x", "add", 4000, ("x_out",)),
+    ]
+    return Problem(
+        nodes=nodes,
+        units=["cpu", "npu"],
+        cost=cost,
+        edges=edges,
+        links={("cpu", "npu"): Link(10.0, 1.0)},
+        call_overhead_us={"npu": 30.0},
+    )
+
+
+def test_the_whole_handoff_proves_what_the_last_node_bound_cannot():
+    p = residual_chain()
+    best = min(every_plan(p))
+    cheap, finer = segment_plan(p), segment_plan_whole_handoff(p)
+    assert best == 54.0  # 30 + 5 on the npu, 10 + 8 to cross, 1 on the cpu
+    assert cheap.bound_us == pytest.approx(50.0)  # x's 4 kB crossing with b's left out
+    assert finer.bound_us == pytest.approx(best)
+    assert latency(p, finer.parts) == pytest.approx(best)
+    sched = get_scheduler("auto").schedule(p, time_limit=2)
+    assert sched.status == "optimal" and sched.lower_bound == pytest.approx(best)
 
 
 @SLOW

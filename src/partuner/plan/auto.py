@@ -17,7 +17,7 @@ from functools import partial
 
 from partuner.errors import InfeasiblePlanError, PartunerError
 from partuner.plan.assemble import schedule_of_parts
-from partuner.plan.chain import segment_plan
+from partuner.plan.chain import SegmentPlan, segment_plan, segment_plan_whole_handoff
 from partuner.plan.clock import WorkClock
 from partuner.plan.common import lower_bound
 from partuner.plan.exact import (
@@ -39,6 +39,7 @@ __all__ = ["Auto", "Run", "improve", "list_schedule"]
 log = logging.getLogger(__name__)
 
 DEFAULT_TIME_LIMIT_S = 10.0
+WHOLE_HANDOFF_UP_TO = 150  # nodes: the finer chain programme takes ~1 s there (2 units)
 _REL = 1e-9  # relative improvement a move must bring
 
 
@@ -46,8 +47,10 @@ _REL = 1e-9  # relative improvement a move must bring
 class Auto(Scheduler):
     """The best of every registered scheduler by predicted latency, then improved locally.
 
-    0. A chain-shaped problem is solved by :func:`~partuner.plan.chain.segment_plan`; when its
-       plan meets the programme's bound it is returned at once, ``optimal``.
+    0. A chain-shaped problem is solved by :func:`~partuner.plan.chain.segment_plan` (and,
+       when that plan misses its bound, by the finer
+       :func:`~partuner.plan.chain.segment_plan_whole_handoff`); when the plan meets the
+       bound it is returned at once, ``optimal``.
     1. Each heuristic (every registered scheduler but ``auto``, ``exact`` and ``pexact``) runs;
        its schedule is cut into partitions and simulated (``plan_from_schedule(...)``).
     2. Simulated annealing (:func:`~partuner.plan.local.anneal`) from the best plan so far with
@@ -196,16 +199,35 @@ class Auto(Scheduler):
 
     def _chain(self, problem: Problem) -> float | None:
         """For a chain-shaped problem, the segment plan (as run ``chain``, when it fits in
-        memory) and its bound (:mod:`partuner.plan.chain`); None for other problems."""
+        memory) and its bound (:mod:`partuner.plan.chain`); None for other problems. When
+        that plan misses its bound, and the problem has at most :data:`WHOLE_HANDOFF_UP_TO`
+        nodes, the finer programme charging whole hand-offs
+        (:func:`~partuner.plan.chain.segment_plan_whole_handoff`) adds its bound and plan."""
         t0 = time.perf_counter()
         seg = segment_plan(problem)
         if seg is None:
             return None
-        if seg.fits:
-            sched, _ = schedule_of_parts(problem, seg.parts, "chain")
-            plan = plan_from_schedule(problem, sched)
-            self.runs["chain"] = Run(sched, plan, time.perf_counter() - t0)
-        return seg.bound_us
+        bound = seg.bound_us
+        found = [seg]
+        if len(problem.nodes) <= WHOLE_HANDOFF_UP_TO:
+            first = self._chain_run(problem, seg, t0)
+            if first is None or first.plan.predicted_us > bound * (1 + 1e-9) + 1e-9:
+                finer = segment_plan_whole_handoff(problem)
+                if finer is not None:
+                    bound = max(bound, finer.bound_us)
+                    found.append(finer)
+        runs = [r for r in (self._chain_run(problem, s, t0) for s in found) if r is not None]
+        if runs:
+            self.runs["chain"] = min(runs, key=_rank)
+        return bound
+
+    @staticmethod
+    def _chain_run(problem: Problem, seg: SegmentPlan, t0: float) -> Run | None:
+        """The run of a segment plan, None when it does not fit in memory."""
+        if not seg.fits:
+            return None
+        sched, _ = schedule_of_parts(problem, seg.parts, "chain")
+        return Run(sched, plan_from_schedule(problem, sched), time.perf_counter() - t0)
 
     def _run(self, problem: Problem, name: str, scheduler: Callable[[Problem], Schedule]) -> None:
         t0 = time.perf_counter()

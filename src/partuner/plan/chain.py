@@ -154,3 +154,106 @@ def segment_plan(problem: Problem) -> SegmentPlan | None:
     assignment = {v: u for u, vs in parts for v in vs}
     fits = not problem.memory_limited or overflow(problem, assignment) is None
     return SegmentPlan(parts, bound, fits)
+
+
+def segment_plan_whole_handoff(problem: Problem) -> SegmentPlan | None:
+    """Like :func:`segment_plan`, charging each segment the transfer of **everything** it reads
+    from the segment before it (one transfer: the values all leave when that partition ends),
+    not only what its last node hands on: a tighter bound where a shortcut's value is made
+    inside the previous segment (MobileNet's residual additions). The state is the last
+    segment itself (its start, end and unit): ``O(n^3 U^2)`` work, vectorised over the
+    previous segment's start; for problems of a few hundred nodes. None if not chain-shaped."""
+    import numpy as np
+
+    order = chain_order(problem)
+    if order is None or not order:
+        return None
+    n = len(order)
+    units = problem.units
+    nu = len(units)
+    pos = {v: i for i, v in enumerate(order)}
+    reads = _reads(problem)
+    groups = _inside_savings(problem, pos)
+    inf = math.inf
+    # best[j, i, u]: the least latency of nodes 0..i whose last segment is j..i on unit u
+    best = np.full((n, n, nu), inf)
+    back_k = np.full((n, n, nu), -1, dtype=np.int64)
+    back_w = np.full((n, n, nu), -1, dtype=np.int64)
+    lat = np.zeros((nu, nu))
+    per = np.zeros((nu, nu))
+    for a, w in enumerate(units):
+        for b, u in enumerate(units):
+            if w != u:
+                link = problem.link(w, u)
+                lat[a, b], per[a, b] = link.latency_us, 1 / (link.gbps * 1e3)
+    costs = np.array([[problem.cost[v][u] for u in units] for v in order])
+    finite = np.isfinite(costs)
+    over = np.array([problem.call_overhead_us.get(u, 0.0) for u in units])
+    per_byte = np.array([problem.boundary_us_per_byte.get(u, 0.0) for u in units])
+    for i in range(n):
+        ext: set[Hashable] = set()
+        by_src: dict[int, float] = {}
+        made_keys: dict[int, list[Hashable]] = {}
+        in_bytes = 0.0
+        work = np.zeros(nu)
+        saving = np.zeros(nu)
+        runs = np.ones(nu, dtype=bool)
+        for j in range(i, -1, -1):
+            v = order[j]
+            runs &= finite[j]
+            if not runs.any():
+                break
+            work = work + np.where(runs, costs[j], 0.0)
+            for key, b, src in reads[v]:
+                if key not in ext:
+                    ext.add(key)
+                    in_bytes += b
+                    p = pos[src]
+                    by_src[p] = by_src.get(p, 0.0) + b
+                    made_keys.setdefault(p, []).append(key)
+            if j in by_src:  # values v makes are inside the segment now
+                in_bytes -= by_src.pop(j)
+                ext.difference_update(made_keys.pop(j))
+            for last, g in groups.get(j, ()):
+                if last <= i:
+                    saving = saving + np.array([max(0.0, g.saving(problem, u)) for u in units])
+            seg = np.where(runs, over + work + in_bytes * per_byte - saving, inf)
+            if j == 0:
+                best[0, i] = seg
+                continue
+            # bytes[k]: what this segment reads from a previous segment k..j-1
+            b = np.zeros(j)
+            for p, nbytes in by_src.items():
+                if p < j:
+                    b[p] = nbytes
+            bytes_from = np.cumsum(b[::-1])[::-1]
+            prev = best[:j, j - 1, :]  # (k, w)
+            for ub in range(nu):
+                if not runs[ub]:
+                    continue
+                moved = lat[:, ub][None, :] + bytes_from[:, None] * per[:, ub][None, :]
+                moved[:, ub] = 0.0
+                total = prev + moved
+                flat = int(np.argmin(total))
+                k, w = divmod(flat, nu)
+                if total[k, w] < inf:
+                    best[j, i, ub] = total[k, w] + seg[ub]
+                    back_k[j, i, ub], back_w[j, i, ub] = k, w
+    last = best[:, n - 1, :]
+    flat = int(np.argmin(last))
+    j, ub = divmod(flat, nu)
+    bound = float(last[j, ub])
+    if math.isinf(bound):
+        return None
+    parts: list[tuple[str, list[str]]] = []
+    i = n - 1
+    while True:
+        parts.append((units[ub], order[j : i + 1]))
+        if j == 0:
+            break
+        k, w = int(back_k[j, i, ub]), int(back_w[j, i, ub])
+        i, j, ub = j - 1, k, w
+    parts.reverse()
+    assignment = {v: u for u, vs in parts for v in vs}
+    fits = not problem.memory_limited or overflow(problem, assignment) is None
+    return SegmentPlan(parts, bound, fits)
