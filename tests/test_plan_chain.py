@@ -100,26 +100,18 @@ def latency(problem: Problem, parts) -> float:
 SLOW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+@pytest.mark.parametrize("programme", [segment_plan, segment_plan_whole_handoff])
 @SLOW
-@given(chains())
-def test_the_segment_bound_holds_for_every_plan_and_its_plan_runs(problem):
-    got = segment_plan(problem)
+@given(problem=chains())
+def test_the_segment_bounds_hold_for_every_plan_and_their_plans_run(programme, problem):
+    got = programme(problem)
     assert got is not None
     best = min(every_plan(problem))
     tol = 1e-9 * max(1.0, best)
     assert got.bound_us <= best + tol
     assert latency(problem, got.parts) >= best - tol  # a real plan, simulated
-
-
-@SLOW
-@given(chains())
-def test_the_whole_handoff_bound_holds_and_is_no_weaker(problem):
-    got = segment_plan_whole_handoff(problem)
-    assert got is not None
-    best = min(every_plan(problem))
-    tol = 1e-9 * max(1.0, best)
-    assert segment_plan(problem).bound_us - tol <= got.bound_us <= best + tol
-    assert latency(problem, got.parts) >= best - tol
+    # the finer programme's bound is never below the first one's
+    assert got.bound_us >= segment_plan(problem).bound_us - tol
 
 
 def residual_chain() -> Problem:

@@ -13,8 +13,7 @@ from partuner.plan.common import lower_bound
 from partuner.plan.decompose import Region
 from partuner.plan.floors import Floors, block_floor, floor_bound
 from partuner.plan.problem import FusedGroup
-from test_plan_cases import PROPERTY, problems
-from test_plan_pexact import optimum
+from test_plan_cases import PROPERTY, optimum, problems
 
 
 @st.composite

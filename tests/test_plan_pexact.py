@@ -8,7 +8,6 @@ bound and with pexact's plan. On random problems random plans stand in for "ever
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 
@@ -27,7 +26,7 @@ from partuner.plan import (
     plan_from_schedule,
     simulate,
 )
-from test_plan_cases import PROPERTY, make_problem, problems
+from test_plan_cases import PROPERTY, make_problem, optimum, problems
 
 pytest.importorskip("ortools")
 
@@ -38,71 +37,6 @@ def _pexact(**kw):
     from partuner.plan.pexact import PartitionExact
 
     return PartitionExact(workers=1, **kw)
-
-
-def topological_orders(p: Problem):
-    """Every order of ``p.nodes`` that lists each node after its inputs."""
-    placed: list[str] = []
-    left = set(p.nodes)
-
-    def walk():
-        if not left:
-            yield list(placed)
-            return
-        for n in sorted(left, key=p.index):
-            if all(q not in left for q in p.preds(n)):
-                left.remove(n)
-                placed.append(n)
-                yield from walk()
-                placed.pop()
-                left.add(n)
-
-    yield from walk()
-
-
-def cut(sequence: list[str], cuts: int) -> list[list[str]]:
-    """``sequence`` cut after position i wherever bit i of ``cuts`` is set."""
-    out = [[sequence[0]]]
-    for i, n in enumerate(sequence[1:]):
-        if cuts >> i & 1:
-            out.append([n])
-        else:
-            out[-1].append(n)
-    return out
-
-
-def every_plan(p: Problem):
-    """Every plan of a tiny problem, as partition lists that run (cyclic ones are skipped)."""
-    seen = set()
-    for order in topological_orders(p):
-        for units in itertools.product(*(p.runnable_units(n) for n in order)):
-            on: dict[str, list[str]] = {}
-            for n, u in zip(order, units, strict=True):
-                on.setdefault(u, []).append(n)
-            per_unit = list(on.items())
-            for cuts in itertools.product(*(range(2 ** (len(s) - 1)) for _, s in per_unit)):
-                runs = [
-                    (u, tuple(r))
-                    for (u, s), c in zip(per_unit, cuts, strict=True)
-                    for r in cut(s, c)
-                ]
-                # partitions listed in the order of their first node: each unit's in turn
-                runs.sort(key=lambda r: order.index(r[1][0]))
-                key = tuple(runs)
-                if key in seen:
-                    continue
-                seen.add(key)
-                yield [Partition(f"p{i}", u, ns) for i, (u, ns) in enumerate(runs)]
-
-
-def optimum(p: Problem) -> float:
-    best = math.inf
-    for parts in every_plan(p):
-        try:
-            best = min(best, simulate(p, parts).makespan_us)
-        except PartitionCycleError:
-            continue
-    return best
 
 
 def boundary_problem() -> Problem:

@@ -26,7 +26,7 @@ from partuner.plan.exact import (
     heuristic_names,
     solver_available,
 )
-from partuner.plan.floors import floor_bound
+from partuner.plan.floors import Floors
 from partuner.plan.local import Run, anneal, improve, list_schedule
 from partuner.plan.partitions import plan_from_schedule
 from partuner.plan.pexact import PartitionExact
@@ -110,8 +110,8 @@ class Auto(Scheduler):
         deadline = clock.now() + budget
         self.runs = {}
         self.errors = {}
+        self._floor_bound = 0.0
         chain_bound = self._chain_bound = self._chain(problem)
-        self._floor_bound = floor_bound(problem)
         if chain_bound is not None and "chain" in self.runs:
             run = self.runs["chain"]
             if run.plan.predicted_us <= chain_bound * (1 + 1e-9) + 1e-9:
@@ -123,6 +123,8 @@ class Auto(Scheduler):
                     chain_bound,
                     run.schedule.partitions,
                 )
+        floors = Floors(problem)  # block bounds, shared with pexact
+        self._floor_bound = floors.whole()
         names = heuristic_names()
         for k, name in enumerate(names):
             share = max(0.0, deadline - clock.now()) / (4 * (len(names) - k))
@@ -145,7 +147,9 @@ class Auto(Scheduler):
             left = max(0.0, deadline - clock.now()) * self.pexact_share
             hints = [r.schedule for r in self.runs.values()]
             self._say("pexact", problem)
-            pexact = partial(PartitionExact(workers=self.workers).solve, hints=hints, clock=clock)
+            pexact = partial(
+                PartitionExact(workers=self.workers).solve, hints=hints, clock=clock, floors=floors
+            )
             self._run(problem, "pexact", partial(pexact, time_limit=left))
         else:
             log.info("auto: OR-Tools is not installed; skipping the exact scheduler")
@@ -208,15 +212,14 @@ class Auto(Scheduler):
         if seg is None:
             return None
         bound = seg.bound_us
-        found = [seg]
-        if len(problem.nodes) <= WHOLE_HANDOFF_UP_TO:
-            first = self._chain_run(problem, seg, t0)
-            if first is None or first.plan.predicted_us > bound * (1 + 1e-9) + 1e-9:
-                finer = segment_plan_whole_handoff(problem)
-                if finer is not None:
-                    bound = max(bound, finer.bound_us)
-                    found.append(finer)
-        runs = [r for r in (self._chain_run(problem, s, t0) for s in found) if r is not None]
+        runs = [r for r in [self._chain_run(problem, seg, t0)] if r is not None]
+        missed = not runs or runs[0].plan.predicted_us > bound * (1 + 1e-9) + 1e-9
+        if missed and len(problem.nodes) <= WHOLE_HANDOFF_UP_TO:
+            finer = segment_plan_whole_handoff(problem)
+            if finer is not None:
+                bound = max(bound, finer.bound_us)
+                got = self._chain_run(problem, finer, t0)
+                runs += [got] if got is not None else []
         if runs:
             self.runs["chain"] = min(runs, key=_rank)
         return bound

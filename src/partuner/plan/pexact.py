@@ -91,6 +91,7 @@ def solve_plan(
     seed: int = 0,
     upper_us: float = math.inf,
     clock: WorkClock | None = None,
+    floors: Floors | None = None,
 ) -> PlanSolution:
     """Solve ``problem`` region by region (see the module docstring) within about
     ``time_limit`` seconds. ``bound_us`` bounds every plan's predicted latency (fused groups
@@ -105,7 +106,8 @@ def solve_plan(
     and a pair is solved only while some chain through it could still be faster, by the
     bounds, than the best chain of solved regions and than ``upper_us`` (a known plan's
     latency). ``time_limit`` is seconds of work on ``clock`` (:mod:`partuner.plan.clock`; a new
-    one when None)."""
+    one when None). ``floors``: the problem's :class:`~partuner.plan.floors.Floors` when the
+    caller has them already (each pair's bound starts there)."""
     clock = WorkClock.of(clock, time_limit)
     deadline = clock.now() + max(0.0, time_limit)
     # the last stage (whole-model re-solves) keeps a share of the time while proofs are open
@@ -198,13 +200,14 @@ def solve_plan(
         for b in (problem.runnable_units(r.exit) if r.exit is not None else [None])
     ]
     by_region: list[list[Job]] = [[] for _ in parts]
-    floors = Floors(problem)
+    floors = floors if floors is not None else Floors(problem)
     for job in pinned:
         by_region[job[0]].append(job)
         # paths and loads (µs), less what the model's rounding to ticks may lose on a path
         paths = floors.of(parts[job[0]], job[1], job[2])
-        paths -= 2 * (len(parts[job[0]].nodes) + 1) * tick_us
-        bounds[job] = max(bounds.get(job, 0.0), paths)
+        if math.isfinite(paths):
+            paths -= 2 * (len(parts[job[0]].nodes) + 1) * tick_us
+            bounds[job] = max(bounds.get(job, 0.0), paths)
         if job[1] is not None:  # regions small beside the links settle without a solver
             floor, easy = one_unit_bound(problem, parts[job[0]], job[1], job[2], tick_us=tick_us)
             bounds[job] = max(bounds[job], floor)
@@ -525,10 +528,13 @@ class PartitionExact(Scheduler):
         time_limit: float | None = None,
         hints: Iterable[Schedule] | None = None,
         clock: WorkClock | None = None,
+        floors: Floors | None = None,
     ) -> Schedule:
         """Like :meth:`schedule`, warm-starting from ``hints`` (valid schedules) if given,
-        else from every registered heuristic; ``clock`` is the caller's, if any. The schedule
-        is the plan's node layout; its ``lower_bound`` bounds every plan's predicted latency."""
+        else from every registered heuristic; ``clock`` is the caller's, if any, and
+        ``floors`` the problem's :class:`~partuner.plan.floors.Floors` if it has them. The
+        schedule is the plan's node layout; its ``lower_bound`` bounds every plan's predicted
+        latency."""
         problem.validate()
         _cp_model()
         budget = DEFAULT_TIME_LIMIT_S if time_limit is None else max(0.0, time_limit)
@@ -553,6 +559,7 @@ class PartitionExact(Scheduler):
             max_region=len(problem.nodes) if problem.memory_limited else self.region_nodes,
             seed=self.seed,
             clock=clock,
+            floors=floors,
         )
         bound = lower_bound(problem, partitions=True)
         best: tuple[float, Schedule] | None = None
