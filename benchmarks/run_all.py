@@ -77,6 +77,17 @@ SUITE = [
         "at 10 s. Planning only.",
     ),
     (
+        "clock",
+        "clock_bench.py",
+        [],
+        "What the planner's work clock charges against what its CP-SAT solves take here: "
+        "`auto` at the default 10 s on zoo models with a generated unit set each (as in "
+        "anytime) and the review's held-out sets; per problem the solves, their wall and "
+        "deterministic time, what they were charged (0.03 s per solve plus 2.5 s per "
+        "deterministic second), the run's wall time and whether the wall-clock cap came first. "
+        "Planning only.",
+    ),
+    (
         "repro",
         "repro_bench.py",
         [],

@@ -39,7 +39,7 @@ __all__ = ["Auto", "Run", "improve", "list_schedule"]
 log = logging.getLogger(__name__)
 
 DEFAULT_TIME_LIMIT_S = 10.0
-WHOLE_HANDOFF_UP_TO = 150  # nodes: the finer chain programme takes ~1 s there (2 units)
+WHOLE_HANDOFF_UP_TO = 150  # nodes: the finer chain programme is O(n^3) and not charged as work
 _REL = 1e-9  # relative improvement a move must bring
 
 

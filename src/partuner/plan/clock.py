@@ -6,11 +6,13 @@ each solve spent (a count of its operations, the same on every run of the same m
 same parameters), and the local searches charge a fixed amount per move they evaluate. A
 :class:`WorkClock` adds these up in **budget seconds**: :data:`WORK_PER_S` deterministic
 seconds make one second of the user's ``time_limit``, and each solve costs :data:`CALL_S`
-besides (CP-SAT's start-up, which its deterministic time leaves out). Measured on a 2-core
-AMD EPYC over ``auto``'s solves on eight zoo problems: a solve took 0.024-0.028 s plus 0.72 s
-per deterministic second; one problem with five units made 278 solves, whose start-ups alone
-took 7.8 s of a 10 s budget charged as nothing before :data:`CALL_S` (benchmarks/repro_bench.py
-checks the cap).
+besides (CP-SAT's start-up and the model's building, which its deterministic time leaves
+out: before it, a problem making many small solves was charged next to nothing for them and
+could reach the cap). Both are set to overcharge: benchmarks/clock_bench.py times every solve
+of ``auto`` at the default budget (docs/results.md#clock; on a 2-core AMD EPYC a solve with
+next to no deterministic time took a median 11 ms from the previous one's end, model
+included, and solves took 1.3 s per deterministic second overall, 1.7 s on the slowest
+problem, against the 2.5 s charged), and benchmarks/repro_bench.py checks the cap.
 Every stage that used to compare :func:`time.monotonic` with a deadline compares
 :meth:`WorkClock.now` instead, so the same problem gets the same stages, solves and plan on
 every run.

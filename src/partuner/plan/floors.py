@@ -23,8 +23,8 @@ Both conditions only grow easier with ``T``, and for ``T`` between two consecuti
 the units each node reaches are fixed, so the least ``T`` is found by bisection over the sorted
 path values. Fused groups are counted at their full saving on every member; memory limits are
 ignored (a relaxation: both keep the bound valid). These bounds are weak where branches really
-run in parallel and strong where links are slow or units few: exactly where the solvers'
-relaxations are weak (a transfer in a CP-SAT model is an optional delay its LP can ignore).
+run in parallel and strong where links are slow or units few, where the solvers' relaxations
+are weak too (a transfer in a CP-SAT model is an optional delay its LP can ignore).
 """
 
 from __future__ import annotations
