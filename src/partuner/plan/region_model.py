@@ -16,7 +16,9 @@ adds, per node ``n`` (integer ticks, costs and delays rounded down as in ``exact
   cost of that value just before it, unless the producer or an earlier consumer of the value
   shares its partition (each value is paid once per partition that reads it);
 * one ``NoOverlap`` per hardware resource over each node's busy interval (boundary cost +
-  cost); minimise the latest partition end;
+  cost), and the span at least each resource's total cost (implied once nodes are ordered,
+  stated outright so that the search proves as it places nodes); minimise the latest
+  partition end;
 * in regions of up to :data:`PAIRS_UP_TO` nodes, per pair of nodes neither of which leads to
   the other, a boolean *same partition* and, for units sharing hardware, partitions that take
   turns: one ends (``PE``) before the other starts (``PS``). This also makes a call's
@@ -249,6 +251,7 @@ def solve_region(
     if problem.memory_limited:
         _add_capacity(m, problem, nodes, x)
     span = m.new_int_var(0, horizon, "span")
+    _add_loads(m, problem, region, x, span, tick_us)
     if region.exit is not None:
         m.add(span >= e[region.exit] - origin)
     else:
@@ -441,6 +444,35 @@ def _cross_together(
                     m.add(pe[q1] + d + sum(t * z for z, t in extra) <= ps[n1]).only_enforce_if(
                         [x[q1, u], x[n1, v]]
                     )
+
+
+def _add_loads(
+    m: Any,
+    problem: Problem,
+    region: Region,
+    x: Mapping[tuple[str, str], Any],
+    span: Any,
+    tick_us: float,
+) -> None:
+    """Per hardware resource, the span is at least the cost of the region's nodes on its
+    units. Every node but the entry runs after the entry ends (all descend from it) and, when
+    it leads to the exit, before the exit ends, so this holds for every plan; the model
+    implies it only once the nodes are ordered, and stated outright it lets the search prove
+    (the busy time grows as nodes are placed: an Inception block on a CPU + 2 slow NPUs was
+    proven in 1.9 s with it, and 40 s without it left its bound 17 % low)."""
+    counted = list(region.nodes)
+    if region.exit is not None:
+        inside = set(counted)
+        above = _ancestors(problem, [n for n in problem.nodes if n in inside])
+        counted = [n for n in counted if n == region.exit or n in above[region.exit]]
+    per: dict[str, list[Any]] = {}
+    for u in problem.units:
+        terms = [_ticks(problem.cost[n][u], tick_us) * x[n, u] for n in counted if (n, u) in x]
+        for r in problem.resources_of(u):
+            per.setdefault(r, []).extend(terms)
+    for terms in per.values():
+        if terms:
+            m.add(span >= sum(terms))
 
 
 def _ancestors(problem: Problem, every: Sequence[str]) -> dict[str, set[str]]:
