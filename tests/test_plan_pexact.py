@@ -510,8 +510,8 @@ def inception_block() -> Problem:
 def test_busy_time_per_resource_proves_a_block() -> None:
     """Stated outright, each resource's busy time lets the solver prove the block's optimum
     (the CPU alone: every plan using an NPU needs two more CPU calls or waits) with the
-    smaller model in 2 s; without it, 40 s proved no more than the path-and-load floor,
-    20 % lower."""
+    smaller model within the budget; without it the search leaves it open (longer budgets
+    proved no more than the path-and-load floor, 20 % lower)."""
     from partuner.plan.decompose import Region
     from partuner.plan.region_model import solve_region
 
