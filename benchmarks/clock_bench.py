@@ -1,13 +1,14 @@
 """What the planner's work clock charges against what its CP-SAT solves take on this machine.
 
 The planner counts its budget in work (src/partuner/plan/clock.py): each solve is charged
-``CALL_S`` plus its deterministic time over ``WORK_PER_S``. This benchmark runs ``auto`` at the
-default budget on zoo models with generated unit sets (as benchmarks/anytime_bench.py makes
-them) and the review's held-out sets, times every solve, and reports per problem the solves,
-their wall time, their deterministic time, what they were charged, the whole run's wall time and
-whether the wall-clock cap came first; then a least-squares fit over all solves of
-``wall = start-up + s_per_det * deterministic time``, the figures ``CALL_S`` and ``WORK_PER_S``
-stand for. Planning only.
+``CALL_S``, ``ROW_S`` per constraint of its model and its deterministic time over the rate for
+its number of workers (``clock.charge``). This benchmark runs ``auto`` at the default budget on
+zoo models with generated unit sets (as benchmarks/anytime_bench.py makes them) and the review's
+held-out sets, times every solve from the previous one's end (the model's building included),
+and reports per problem the solves, that wall time, their deterministic time, what they were
+charged, the whole run's wall time and whether the wall-clock cap came first; then a
+least-squares fit over all solves of ``wall = start-up + s_per_det * deterministic time +
+s_per_row * constraints``, the figures the constants stand for. Planning only.
 
     python benchmarks/clock_bench.py [--models googlenet,inception_v3] [--configs N]
 
@@ -47,7 +48,9 @@ class Recorder:
     cap."""
 
     def __init__(self) -> None:
-        self.solves: list[tuple[float, float, float]] = []  # wall, deterministic, since last
+        # wall since the previous solve's end (model building included; the first solve: its
+        # own), deterministic time, constraints, workers
+        self.solves: list[tuple[float, float, int, int]] = []
         self.capped = False
         self.last = time.perf_counter()
         self._solve = clock_module.WorkClock.solve
@@ -60,7 +63,9 @@ class Recorder:
             code = solve(clock, solver, model)
             end = time.perf_counter()
             det = solver.response_proto.deterministic_time
-            rec.solves.append((end - t0, det, end - rec.last))  # since last: model building
+            rows, workers = len(model.proto.constraints), solver.parameters.num_workers
+            since = end - (rec.last if rec.solves else t0)
+            rec.solves.append((since, det, rows, workers))
             rec.last = end
             rec.capped = rec.capped or clock.capped
             return code
@@ -70,12 +75,12 @@ class Recorder:
 
 def run(problem, recorder: Recorder, budget: float) -> dict[str, Any]:
     recorder.solves, recorder.capped = [], False
-    t0 = recorder.last = time.perf_counter()
+    t0 = time.perf_counter()
     Auto().schedule(problem, time_limit=budget)
     wall = time.perf_counter() - t0
-    walls = [w for w, _, _ in recorder.solves]
-    dets = [d for _, d, _ in recorder.solves]
-    charged = len(dets) * clock_module.CALL_S + sum(dets) / clock_module.WORK_PER_S
+    walls = [w for w, *_ in recorder.solves]
+    dets = [d for _, d, _, _ in recorder.solves]
+    charged = sum(clock_module.charge(d, n, w) for _, d, n, w in recorder.solves)
     return {
         "solves": len(dets),
         "solve_wall_s": sum(walls),
@@ -116,23 +121,21 @@ def main() -> None:
                 rows.append({"model": name, "units": text, **run(problem, recorder, budget)})
                 print(f"done {name} ({text})", file=sys.stderr)
     pairs = np.array([s for r in rows for s in r["per_solve"]])
-    fit = np.linalg.lstsq(np.c_[np.ones(len(pairs)), pairs[:, 1]], pairs[:, 0], rcond=None)[0]
-    small = pairs[pairs[:, 1] < 0.005]  # solves with next to no deterministic time
-    ratio = max(rows, key=lambda r: r["solve_wall_s"] / max(r["det_s"], 1e-9))
+    fit = np.linalg.lstsq(np.c_[np.ones(len(pairs)), pairs[:, 1:3]], pairs[:, 0], rcond=None)[0]
+    workers = sorted({int(w) for w in pairs[:, 3]})
+    rate = clock_module.work_rate(workers[0]) if len(workers) == 1 else float("nan")
+    ratio = max(rows, key=lambda r: r["solve_wall_s"] / max(r["charged_s"], 1e-9))
     capped = [f"{r['model']} ({r['units']})" for r in rows if r["capped"]]
+    overall = sum(r["solve_wall_s"] for r in rows) / sum(r["charged_s"] for r in rows)
     lines = [
-        f"Over {len(pairs)} solves: wall = {fit[0]:.4f} s + {fit[1]:.3f} s per deterministic "
-        f"second (least squares); charged: CALL_S = {clock_module.CALL_S} s per solve plus "
-        f"1/WORK_PER_S = {1 / clock_module.WORK_PER_S:.2f} s per deterministic second. "
-        f"Solves of under 5 ms deterministic time: {len(small)}, median wall "
-        + (
-            f"{np.median(small[:, 0]) * 1e3:.1f} ms, {np.median(small[:, 2]) * 1e3:.1f} ms "
-            "from the previous solve's end (building the model included)."
-            if len(small)
-            else "-."
-        )
-        + f" Slowest per deterministic second: {ratio['model']} ({ratio['units']}), "
-        f"{ratio['solve_wall_s'] / max(ratio['det_s'], 1e-9):.2f} s.",
+        f"Over {len(pairs)} solves ({'/'.join(map(str, workers))} worker(s)), from one solve's "
+        f"end to the next's (building the model included): wall = {fit[0] * 1e3:.1f} ms + "
+        f"{fit[1]:.2f} s per deterministic second + {fit[2] * 1e6:.1f} us per constraint (least "
+        f"squares); charged: CALL_S = {clock_module.CALL_S * 1e3:g} ms per solve + "
+        f"{1 / rate:.2f} s per deterministic second + ROW_S = {clock_module.ROW_S * 1e6:g} us "
+        f"per constraint. Wall over charged: {overall:.2f} "
+        f"overall, highest {ratio['solve_wall_s'] / max(ratio['charged_s'], 1e-9):.2f} "
+        f"({ratio['model']}, {ratio['units']}).",
         f"Wall-clock cap ({budget:g} s) reached: "
         + (f"{len(capped)} of {len(rows)} ({'; '.join(capped)})." if capped else "none."),
     ]
@@ -142,12 +145,10 @@ def main() -> None:
             "machine": machine(),
             "budget_s": budget,
             "call_s": clock_module.CALL_S,
-            "work_per_s": clock_module.WORK_PER_S,
-            "fit": {"startup_s": fit[0], "wall_per_det_s": fit[1]},
-            "small_solves_median_wall_s": float(np.median(small[:, 0])) if len(small) else None,
-            "small_solves_median_since_last_s": (
-                float(np.median(small[:, 2])) if len(small) else None
-            ),
+            "row_s": clock_module.ROW_S,
+            "work_per_s": rate,
+            "workers": workers,
+            "fit": {"startup_s": fit[0], "wall_per_det_s": fit[1], "wall_per_row_s": fit[2]},
             "rows": [{k: v for k, v in r.items() if k != "per_solve"} for r in rows],
             "goals": lines,
         },

@@ -4,15 +4,17 @@ A planner that shares out wall-clock time gives a different plan whenever the ma
 or quieter. So the planner measures its work instead: CP-SAT reports the *deterministic time*
 each solve spent (a count of its operations, the same on every run of the same model with the
 same parameters), and the local searches charge a fixed amount per move they evaluate. A
-:class:`WorkClock` adds these up in **budget seconds**: :data:`WORK_PER_S` deterministic
-seconds make one second of the user's ``time_limit``, and each solve costs :data:`CALL_S`
-besides (CP-SAT's start-up and the model's building, which its deterministic time leaves
-out: before it, a problem making many small solves was charged next to nothing for them and
-could reach the cap). Both are set to overcharge: benchmarks/clock_bench.py times every solve
-of ``auto`` at the default budget (docs/results.md#clock; on a 2-core AMD EPYC a solve with
-next to no deterministic time took a median 11 ms from the previous one's end, model
-included, and solves took 1.3 s per deterministic second overall, 1.7 s on the slowest
-problem, against the 2.5 s charged), and benchmarks/repro_bench.py checks the cap.
+:class:`WorkClock` adds these up in **budget seconds** (:func:`charge`): each solve costs
+:data:`CALL_S`, :data:`ROW_S` per constraint of its model (building it and CP-SAT's presolve,
+which its deterministic time leaves out: a problem making many small solves of large models was
+otherwise charged next to nothing for them and reached the cap) and its deterministic time over
+:func:`work_rate`: :data:`WORK_PER_S_ONE` deterministic seconds make one budget second for a
+single search, :data:`WORK_PER_S` for several interleaved ones (a single search without LP
+accrues deterministic time several times slower per second of wall time). All are set to
+overcharge, so that the wall-clock cap stays out of reach: benchmarks/clock_bench.py times every
+solve of ``auto`` at the default budget, fits the time from one solve's end to the next's
+against deterministic time and constraints, and compares (docs/results.md#clock);
+benchmarks/repro_bench.py checks the cap.
 Every stage that used to compare :func:`time.monotonic` with a deadline compares
 :meth:`WorkClock.now` instead, so the same problem gets the same stages, solves and plan on
 every run.
@@ -31,13 +33,24 @@ import logging
 import time
 from typing import Any
 
-__all__ = ["CALL_S", "MOVE_S_PER_NODE", "WORK_PER_S", "WorkClock"]
+__all__ = [
+    "CALL_S",
+    "MOVE_S_PER_NODE",
+    "ROW_S",
+    "WORK_PER_S",
+    "WORK_PER_S_ONE",
+    "WorkClock",
+    "charge",
+    "work_rate",
+]
 
 log = logging.getLogger(__name__)
 
-WORK_PER_S = 0.4  # CP-SAT deterministic seconds per second of time_limit
-CALL_S = 0.03  # budget seconds each CP-SAT solve costs besides its deterministic time
-MOVE_S_PER_NODE = 2e-5  # budget seconds a local-search move costs, per node of the problem
+WORK_PER_S = 0.4  # CP-SAT deterministic seconds per second of time_limit, parallel searches
+WORK_PER_S_ONE = 0.13  # the same for a single search (it accrues deterministic time slower)
+CALL_S = 0.01  # budget seconds each CP-SAT solve costs besides its deterministic time
+ROW_S = 5e-5  # and per constraint of its model (building it, CP-SAT's presolve)
+MOVE_S_PER_NODE = 3e-5  # budget seconds a local-search move costs, per node of the problem
 
 
 class WorkClock:
@@ -101,7 +114,7 @@ class WorkClock:
         solver = cp_model.CpSolver()
         p = solver.parameters
         p.catch_sigint_signal = False
-        p.max_deterministic_time = max(1e-4, (time_limit - CALL_S) * WORK_PER_S)
+        p.max_deterministic_time = max(1e-4, (time_limit - CALL_S) * work_rate(workers))
         p.max_time_in_seconds = max(0.01, self.wall_left())
         p.num_workers = max(1, workers)
         p.random_seed = seed
@@ -114,6 +127,25 @@ class WorkClock:
         """``solver.solve(model)``, charging its deterministic time and :data:`CALL_S`;
         returns the status."""
         code = solver.solve(model)
-        self.spend(CALL_S + solver.response_proto.deterministic_time / WORK_PER_S)
+        det = solver.response_proto.deterministic_time
+        self.spend(charge(det, len(model.proto.constraints), solver.parameters.num_workers))
         self.hit_cap()
         return code
+
+
+def work_rate(workers: int) -> float:
+    """CP-SAT deterministic seconds per budget second for a solver of ``workers`` workers:
+    :data:`WORK_PER_S_ONE` for one, :data:`WORK_PER_S` for several (their interleaved
+    searches, neighbourhood searches among them, accrue deterministic time faster per second
+    of wall time; ``benchmarks/clock_bench.py`` measures both)."""
+    return WORK_PER_S_ONE if workers <= 1 else WORK_PER_S
+
+
+def charge(det_s: float, rows: int, workers: int) -> float:
+    """Budget seconds a solve is charged: :data:`CALL_S`, :data:`ROW_S` per constraint of its
+    model and its deterministic time over :func:`work_rate`.
+
+    >>> round(charge(0.13, 1000, 1), 6)
+    1.06
+    """
+    return CALL_S + ROW_S * rows + det_s / work_rate(workers)
