@@ -518,7 +518,7 @@ def test_busy_time_per_resource_proves_a_block() -> None:
     p = inception_block()
     region = Region("in", tuple(p.nodes[1:]), "cat")
     sol = solve_region(
-        p, region, entry_unit="cpu", exit_unit="cpu", time_limit=10, pairs=False,
+        p, region, entry_unit="cpu", exit_unit="cpu", time_limit=30, pairs=False,
         mirrored=[["n0", "n1"]],
     )  # fmt: skip
     assert sol.status == "optimal"
