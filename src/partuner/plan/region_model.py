@@ -455,19 +455,15 @@ def _add_loads(
     tick_us: float,
 ) -> None:
     """Per hardware resource, the span is at least the cost of the region's nodes on its
-    units. Every node but the entry runs after the entry ends (all descend from it) and, when
-    it leads to the exit, before the exit ends, so this holds for every plan; the model
-    implies it only once the nodes are ordered, and stated outright it lets the search prove
-    (the busy time grows as nodes are placed: an Inception block on a CPU + 2 slow NPUs was
-    proven in 1.9 s with it, and 40 s without it left its bound 17 % low)."""
-    counted = list(region.nodes)
-    if region.exit is not None:
-        inside = set(counted)
-        above = _ancestors(problem, [n for n in problem.nodes if n in inside])
-        counted = [n for n in counted if n == region.exit or n in above[region.exit]]
+    units. Every node but the entry runs after the entry ends (all descend from it) and before
+    the exit ends (all lead to it: the exit is an articulation node,
+    :func:`partuner.plan.decompose.articulation_nodes`; in the last region, before its last
+    partition ends), so this holds for every plan. The model implies it only once the nodes
+    are ordered; stated outright, it lets the search prove as it places nodes (a test in
+    tests/test_plan_pexact.py: an Inception block proven with it and left open without)."""
     per: dict[str, list[Any]] = {}
     for u in problem.units:
-        terms = [_ticks(problem.cost[n][u], tick_us) * x[n, u] for n in counted if (n, u) in x]
+        terms = [_ticks(problem.cost[n][u], tick_us) * x[n, u] for n in region.nodes if (n, u) in x]
         for r in problem.resources_of(u):
             per.setdefault(r, []).extend(terms)
     for terms in per.values():
