@@ -49,6 +49,22 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def cpu_seconds() -> tuple[float, float]:
+    """``(machine, ours)``: CPU seconds spent so far by the whole machine (busy and stolen by
+    the hypervisor, from /proc/stat) and by this process with its waited-for children. The
+    difference of two readings, less ours, is what other work took meanwhile; (0, ours)
+    where /proc/stat cannot be read."""
+    mine = os.times()
+    ours = mine.user + mine.system + mine.children_user + mine.children_system
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return 0.0, ours
+    ticks = [int(x) for x in fields[:8]]  # user nice system idle iowait irq softirq steal
+    busy = sum(ticks) - ticks[3] - ticks[4]
+    return busy / os.sysconf("SC_CLK_TCK"), ours
+
+
 def shared_model(name: str, workdir: Path) -> Path | None:
     """A ../shared/models graph with its weights grown back, or None if the folder is absent."""
     src = SHARED_MODELS / f"{name}.onnx.gz"

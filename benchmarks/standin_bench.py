@@ -55,7 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, machine, run_plan_json, shared_model, temp_dir, write_result  # noqa: E402
+from common import ROOT, cpu_seconds, machine, run_plan_json, shared_model, temp_dir, write_result  # noqa: E402
 from seed_bench import groups_in_parallel  # noqa: E402
 
 from partuner.errors import PartunerError  # noqa: E402
@@ -224,6 +224,7 @@ def bench_model(key: str, args, work: Path, units, units_path: Path) -> dict[str
     repeat = args.repeat or max(10, min(100, int(args.target_s * 1e6 / whole)))
     order = list(distinct.values())
     t0 = time.perf_counter()
+    busy0, ours0 = cpu_seconds()
     for k in range(args.rounds):
         shift = k % len(order)
         for d in order[shift:] + order[:shift]:
@@ -237,7 +238,10 @@ def bench_model(key: str, args, work: Path, units, units_path: Path) -> dict[str
                 d["error"] = str(exc)
         print(f"  round {k + 1} of {args.rounds}", file=sys.stderr)
     measure_s = time.perf_counter() - t0
-    load = os.getloadavg()  # other work on the machine meanwhile shows here
+    busy1, ours1 = cpu_seconds()
+    # what other work (and the hypervisor) took of the machine's cores while plans were timed
+    other = max((busy1 - busy0) - (ours1 - ours0), 0.0) / (measure_s * (os.cpu_count() or 1))
+    load = os.getloadavg()
     by_name = {d["name"]: d for d in distinct.values()}
     auto = by_name.get(first_of.get("auto", ""))
     rows = []
@@ -286,6 +290,7 @@ def bench_model(key: str, args, work: Path, units, units_path: Path) -> dict[str
         "plan_s": plan_s,
         "measure_s": measure_s,
         "loadavg_after": load,
+        "other_cpu_share": other,
         "rows": rows,
     }
     if key == "squeezenet":
@@ -506,6 +511,10 @@ def goal_lines(results: list[dict[str, Any]], overall: dict[str, Any]) -> list[s
         "Seed anchors: PartitionTuner 5.03 % over static on SqueezeNet; branch-parallel "
         "SqueezeNet 11.12 % (202.72 -> 180.18 ms) with 4 of 8 groups in parallel. Here: "
         + ("; ".join(seeds) or "no squeezenet measured")
+        + ".",
+        "Other work on the machine while plans were timed (share of all cores' time, from "
+        "/proc/stat, hypervisor steal included): "
+        + "; ".join(f"{res['model']} {_pct(res.get('other_cpu_share'), False)}" for res in results)
         + ".",
     ]
 
