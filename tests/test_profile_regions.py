@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -15,7 +16,8 @@ from partuner.errors import UnitError, UnitUnavailableError
 from partuner.graph import load_model, zoo
 from partuner.profile import ProfileStore, profile_model
 from partuner.profile.context import wake_measurement
-from partuner.profile.regions import RegionCosts, RegionStat, supported_regions
+from partuner.profile.regions import RegionCosts, RegionStat, _region_key, supported_regions
+from partuner.profile.signature import model_digest
 from partuner.profile.store import OK
 from partuner.units import OnnxruntimeUnit, register_backend, units_from_mapping
 
@@ -106,6 +108,29 @@ def _region_sigs(store: ProfileStore) -> list[str]:
         "SELECT signature FROM measurements WHERE signature LIKE '\\_\\_region\\_\\_#%' ESCAPE '\\'"
     )
     return [r[0] for r in cur.fetchall()]
+
+
+def test_a_disturbed_timing_of_the_largest_region_does_not_set_its_costs(squeeze, tmp_path):
+    # the largest region is timed whole three times (its own row, and first and last among
+    # its chain cuts): one slow window (a moment of load) must not scale every node cost
+    units = _units({"backend": "onnxruntime", "threads": 1, "ops": NO_CONCAT})
+    with ProfileStore(tmp_path / "p.db") as store:
+        first = profile_model(squeeze, units, store=store, budget_s=0.02)
+        up = first.units["npu"]
+        big = max(up.regions, key=lambda r: len(r.nodes))
+        fp = up.fingerprint
+        sig = f"__region__#{_region_key(model_digest(squeeze), big.nodes)}"
+        row = store.get(fp, sig)
+        slow = 50 * row.median_us
+        store.put(fp, sig, dataclasses.replace(row, median_us=slow, p90_us=slow))
+        again = profile_model(squeeze, units, store=store, budget_s=0.02)
+    assert again.measured == 0
+    whole = max(again.units["npu"].regions, key=lambda r: len(r.nodes)).whole_us
+    # the smallest of its other two timings: not the slow one, and no less than the first
+    # profile's (the smallest of all three)
+    assert big.whole_us <= whole < slow / 10
+    nodes = sum(again.costs[n]["npu"] for n in big.nodes)
+    assert again.units["npu"].overhead_us + nodes == pytest.approx(whole, rel=1e-6)
 
 
 def test_a_region_the_backend_refuses_keeps_isolated_costs_and_is_not_stored_as_measured(
