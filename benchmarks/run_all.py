@@ -148,6 +148,16 @@ SUITE = [
         "under the table are issue 16's, with the seeds' anchors.",
     ),
     (
+        "noise",
+        "noise_bench.py",
+        [],
+        "How much one call's time moves on this machine from moment to moment: each stand-in "
+        "unit runs the largest part of the model it can (one prepared sub-model), timed in "
+        "short windows as the profiler times a sub-model, the units taking turns, nothing else "
+        "running. A profile takes a cost from one to three such windows; the stand-in's "
+        "measured plans are medians of 5 fresh processes.",
+    ),
+    (
         "profile",
         "profile_bench.py",
         [],
