@@ -179,7 +179,7 @@ def _one_unit_plan(problem: Problem, best: Plan) -> Plan | None:
         u for u in problem.units if all(math.isfinite(problem.cost[n][u]) for n in problem.nodes)
     ]
     ones = [
-        plan_from_assignment(problem, dict.fromkeys(problem.nodes, u), scheduler=f"one unit ({u})")
+        plan_from_assignment(problem, dict.fromkeys(problem.nodes, u), scheduler="one-unit")
         for u in whole
     ]
     one = min(ones, key=lambda p: p.predicted_us, default=None)
