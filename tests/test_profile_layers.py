@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
 from partuner.graph import load_model, zoo
-from partuner.profile import profile_model
-from partuner.profile.layers import map_layers
+from partuner.profile import ProfileStore, profile_model
+from partuner.profile.layers import map_layers, read_layers
 from partuner.profile.measure import random_feeds
 from partuner.units import OnnxruntimeUnit, load_units
 from partuner.units.onnxruntime_unit import kernel_times
@@ -105,10 +106,32 @@ def test_backend_suffixes_resolve_to_the_node(squeeze):
 
 def test_a_profile_that_maps_poorly_falls_back_to_isolated_costs(squeeze, tmp_path, monkeypatch):
     def unmappable(self, model, feeds, runs=20):
-        return [(("mystery",), 500.0), (("features.0",), 10.0)]
+        return [(("mystery",), 500.0), (("features.0",), 10.0)], None
 
-    monkeypatch.setattr(OnnxruntimeUnit, "layer_times", unmappable)
+    monkeypatch.setattr(OnnxruntimeUnit, "layer_profile", unmappable)
     path = tmp_path / "units.yaml"
     path.write_text("units:\n  cpu0: {backend: onnxruntime}\n")
     prof = profile_model(squeeze, load_units(path), budget_s=0.02)
     assert prof.units["cpu0"].costs_from == "isolated"
+
+
+def test_the_in_context_error_compares_the_kernels_with_their_own_runs(squeeze, tmp_path):
+    # the whole-model time anchoring the costs is taken at another moment than the per-layer
+    # profile: on a drifting machine the two differ by a fifth, which is not what the kernels
+    # leave out; the error compares the kernels with the runs they came from
+    path = tmp_path / "units.yaml"
+    path.write_text("units:\n  cpu0: {backend: onnxruntime, threads: 1}\n")
+    with ProfileStore(tmp_path / "p.db") as store:
+        up = profile_model(squeeze, load_units(path), store=store, budget_s=0.02).units["cpu0"]
+        rows = store._db.execute(  # noqa: SLF001 - the test reads the store's rows directly
+            "SELECT signature FROM measurements WHERE signature LIKE '\\_\\_layers\\_\\_#%' "
+            "ESCAPE '\\'"
+        )
+        sig = next(r[0] for r in rows.fetchall())
+        row = store.get(up.fingerprint, sig)
+    kernels, wall = read_layers(row.detail)
+    assert up.layer_wall_us == wall and wall > 0
+    assert up.layer_parts_us == pytest.approx(up.call_us + sum(t for _, t in kernels))
+    assert up.layer_additivity_error == pytest.approx(up.layer_parts_us / wall - 1)
+    # a row stored by the last version (kernels alone) still reads, against the whole model
+    assert read_layers(json.dumps([[list(k), t] for k, t in kernels])) == (kernels, None)

@@ -87,6 +87,10 @@ def test_a_restricted_unit_is_costed_in_context_region_by_region(squeeze, tmp_pa
         assert total == pytest.approx(r.whole_us, rel=1e-6) or r.whole_us < up.overhead_us
     assert all(math.isinf(prof.costs[n]["npu"]) for n in concat)
     assert up.region_error == max((r.error for r in up.regions), key=abs)
+    # each region's error compares its kernels with the runs they came from
+    inside = [r for r in up.regions if r.source == "layers"]
+    assert inside and all(r.layer_wall_us > 0 for r in inside)
+    assert all(r.error == pytest.approx(r.parts_us / r.layer_wall_us - 1) for r in inside)
     # stored as measured, and read back on the next run instead of timed again
     assert rows and all(m is not None and m.status == OK for m in rows)
     assert again.measured == 0 and again.units["npu"].regions == up.regions

@@ -402,10 +402,12 @@ def _render_regions(unit: str, regions: list[dict[str, Any]], shown: int = 12) -
     """The regions of a unit that runs only part of the model, each timed as one sub-model."""
     console.print(
         f"unit {unit} runs only part of the model: {len(regions)} region(s) of nodes it runs, "
-        "each timed as one sub-model, with the backend's per-layer profile in context"
+        "each timed as one sub-model, with the backend's per-layer profile in context (its "
+        "kernels + a no-op call against the profiled runs' own time: the additivity error)"
     )
     t = Table(show_edge=False)
-    for c in ("region", "nodes", "whole", "in context", "additivity error", "costs"):
+    cols = ("region", "nodes", "whole", "in context", "profiled runs", "additivity error", "costs")
+    for c in cols:
         t.add_column(c, justify="left" if c in ("region", "costs") else "right")
     big = sorted(regions, key=lambda r: -r["nodes"])[:shown]
     for r in sorted(big, key=regions.index):
@@ -415,6 +417,7 @@ def _render_regions(unit: str, regions: list[dict[str, Any]], shown: int = 12) -
             str(r["nodes"]),
             "-" if r["whole_ms"] is None else f"{r['whole_ms']:.3f} ms",
             "-" if r["in_context_parts_ms"] is None else f"{r['in_context_parts_ms']:.3f} ms",
+            "-" if r.get("profiled_runs_ms") is None else f"{r['profiled_runs_ms']:.3f} ms",
             _pct(r["additivity_error"]),
             r["costs_from"] + (f": {r['reason']}" if r["reason"] else ""),
         )

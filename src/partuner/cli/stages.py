@@ -89,6 +89,8 @@ def _region_row(r: Any) -> dict[str, Any]:
         "last": r.nodes[-1],
         "whole_ms": None if r.whole_us is None else r.whole_us / 1e3,
         "in_context_parts_ms": None if r.parts_us is None else r.parts_us / 1e3,
+        # the wall time of the runs the per-layer profile came from: what the error compares
+        "profiled_runs_ms": None if r.layer_wall_us is None else r.layer_wall_us / 1e3,
         "additivity_error": r.error,
         "costs_from": r.source,
         "reason": r.reason,

@@ -25,6 +25,7 @@ may stand for):
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
     from partuner.units import Unit
 
-__all__ = ["LayerMap", "layer_row", "map_layers"]
+__all__ = ["LayerMap", "layer_row", "map_layers", "read_layers"]
 
 Kernel = tuple[Sequence[str], float]
 
@@ -152,14 +153,44 @@ def _walk(start: str, step: object, home: Mapping[str, int], limit: int = 3) -> 
 
 def layer_row(unit: Unit, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> Measurement:
     """``unit``'s per-layer profile of ``model`` run on ``feeds``, as a store row: the kernel
-    time in total, the kernels (names, µs) in ``detail``; ``unsupported`` if the backend has
-    no per-layer profiling, ``failed``/``unsupported`` (:func:`failure`) if it raised."""
+    time in total; in ``detail`` the kernels (names, µs) and, where the backend timed them,
+    the median wall time of the profiled runs (:func:`read_layers`); ``unsupported`` if the
+    backend has no per-layer profiling, ``failed``/``unsupported`` (:func:`failure`) if it
+    raised."""
     try:
-        found = unit.layer_times(model, dict(feeds))
+        found, wall = unit.layer_profile(model, dict(feeds))
     except Exception as exc:
         return failure(exc)
     if not found:
         return Measurement(0.0, 0.0, 0.0, 0, UNSUPPORTED, f"{REFUSED} no per-layer profiling")
     total = sum(t for _, t in found)
-    detail = json.dumps([[list(k), t] for k, t in found])
+    detail = json.dumps({"kernels": [[list(k), t] for k, t in found], "wall_us": wall})
     return Measurement(total, total, total, len(found), OK, detail)
+
+
+def read_layers(detail: str) -> tuple[list[Kernel], float | None] | None:
+    """The kernels and the profiled runs' median wall time (µs; None where not timed) of a
+    :func:`layer_row` detail (rows stored by earlier versions hold the kernels alone); None if
+    the detail is not one (a store is an input like any other).
+
+    Examples
+    --------
+    >>> read_layers('{"kernels": [[["conv"], 12.5]], "wall_us": 20.0}')
+    ([(('conv',), 12.5)], 20.0)
+    >>> read_layers('[[["conv"], 12.5]]')
+    ([(('conv',), 12.5)], None)
+    >>> read_layers('{"kernels": 3}') is None
+    True
+    """
+    try:
+        data = json.loads(detail)
+        if not isinstance(data, dict):
+            data = {"kernels": data}
+        kernels = [(tuple(str(n) for n in k), float(t)) for k, t in data["kernels"]]
+        wall = data.get("wall_us")
+        wall = None if wall is None else float(wall)
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not all(math.isfinite(t) and t >= 0 for _, t in kernels):
+        return None
+    return kernels, wall if wall is not None and math.isfinite(wall) and wall > 0 else None

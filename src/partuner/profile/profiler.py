@@ -29,7 +29,6 @@ between real units are measured and fitted (``profile/transfer.py``).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -48,7 +47,7 @@ from partuner.profile.groups import (
     fused_saving,
     group_signature,
 )
-from partuner.profile.layers import LayerMap, layer_row, map_layers
+from partuner.profile.layers import LayerMap, layer_row, map_layers, read_layers
 from partuner.profile.measure import overhead_model, random_feeds, time_model
 from partuner.profile.regions import RegionCosts, RegionStat, profile_regions
 from partuner.profile.signature import model_digest, node_signature
@@ -102,6 +101,7 @@ class UnitProfile:
     layer_mapped: float | None = None  # share of the kernel time mapped to ONNX nodes
     regions: tuple[RegionStat, ...] = ()  # a unit that cannot run the whole model: its regions
     wake_us: float = 0.0  # in overhead_us: a partition started after its unit was idle
+    layer_wall_us: float | None = None  # the per-layer profile's own runs, their median time
 
     @property
     def additivity_error(self) -> float | None:
@@ -116,8 +116,10 @@ class UnitProfile:
     @property
     def layer_additivity_error(self) -> float | None:
         """As :attr:`additivity_error` for the in-context parts: the no-op call plus the
-        backend's own per-layer times of a whole-model run (None: no per-layer profile)."""
-        return _rel(self.layer_parts_us, self.whole_us)
+        backend's own per-layer times of a whole-model run, against the wall time of the same
+        runs where the backend timed them (None: no per-layer profile)."""
+        whole = self.layer_wall_us if self.layer_wall_us is not None else self.whole_us
+        return _rel(self.layer_parts_us, whole)
 
     @property
     def costs_from(self) -> str:
@@ -441,14 +443,16 @@ def profile_model(
                 per_byte = reg.fit.per_byte_us
         tick(f"{names[0]}: the model cut in context")
         lmap: LayerMap | None = None
+        layer_wall: float | None = None
         if layers and whole is not None:
 
             def make_layers(u: Unit = unit) -> Measurement:
                 return layer_row(u, graph.model, random_feeds(graph, list(graph.inputs)))
 
             lm = look(f"__layers__#{digest}", make_layers)
-            if lm is not None and lm.status == OK and lm.detail:
-                kernels = [(tuple(k), float(t)) for k, t in json.loads(lm.detail)]
+            read = read_layers(lm.detail) if lm is not None and lm.status == OK else None
+            if read is not None:
+                kernels, layer_wall = read
                 lmap = map_layers(graph, kernels, node_raw)
                 if lmap.mapped_us < MIN_MAPPED * lmap.total_us:
                     log.info(
@@ -491,6 +495,7 @@ def profile_model(
                 layer_mapped=None if lmap is None else lmap.mapped_us / max(lmap.total_us, 1e-9),
                 regions=() if reg is None else reg.stats,
                 wake_us=wake,
+                layer_wall_us=None if lmap is None else layer_wall,
             )
             for n in order:
                 costs[n][name] = base[n] * scale

@@ -27,7 +27,6 @@ profile - the region's time) / the region's time.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 from collections.abc import Callable, Mapping
@@ -36,7 +35,7 @@ from dataclasses import dataclass, replace
 from partuner.export.cut import cut_nodes
 from partuner.graph import ModelGraph, load_model
 from partuner.profile.context import ChainFit, fit_chain_costs, measure_chains, measure_wake
-from partuner.profile.layers import layer_row, map_layers
+from partuner.profile.layers import layer_row, map_layers, read_layers
 from partuner.profile.measure import failure, random_feeds, time_model
 from partuner.profile.signature import model_digest
 from partuner.profile.store import FAILED, OK, Measurement
@@ -62,13 +61,16 @@ class RegionStat:
     source: str  # node costs from: "layers" (in context), "region" (isolated, on the
     # region's scale) or "isolated" (the region could not be timed: the fallback)
     reason: str = ""  # why the fallback, where there is one
+    layer_wall_us: float | None = None  # the per-layer profile's own runs, their median time
 
     @property
     def error(self) -> float | None:
-        """In-context additivity error: (parts - whole) / whole; None if not measured."""
-        if self.whole_us is None or self.parts_us is None or self.whole_us <= 0:
+        """In-context additivity error: (parts - whole) / whole, against the wall time of the
+        runs the per-layer profile came from where it was timed; None if not measured."""
+        whole = self.layer_wall_us if self.layer_wall_us is not None else self.whole_us
+        if whole is None or self.parts_us is None or whole <= 0:
             return None
-        return (self.parts_us - self.whole_us) / self.whole_us
+        return (self.parts_us - whole) / whole
 
     @property
     def label(self) -> str:
@@ -189,7 +191,7 @@ def profile_regions(
                 )
             stats.append(RegionStat(nodes, None, None, "isolated", why))
             continue
-        kernels = None
+        kernels, wall = None, None
         if layers:
 
             def make_layers(m=model, i=ins) -> Measurement:  # type: ignore[no-untyped-def]
@@ -197,7 +199,7 @@ def profile_regions(
 
             lm = look(f"__layers__#{key}", make_layers, f"the per-layer profile of {label}")
             if lm is not None and lm.status == OK and lm.detail:
-                kernels = [(tuple(k), float(t)) for k, t in json.loads(lm.detail)]
+                kernels, wall = read_layers(lm.detail) or (None, None)
         source, parts = "region", None
         mine = {n: node_raw[n] for n in nodes}
         if kernels is not None:
@@ -215,7 +217,7 @@ def profile_regions(
                     mine = {n: lmap.costs.get(n, mine[n] * ratio) for n in nodes}
                     source = "layers"
         base.update(mine)
-        stats.append(RegionStat(nodes, row.median_us, parts, source))
+        stats.append(RegionStat(nodes, row.median_us, parts, source, "", wall))
     fit, wake = _fit_largest(unit, graph, stats, sub, look, budget_s)
     big = _largest(graph, stats)
     if fit is not None and big is not None and big.whole_us is not None:

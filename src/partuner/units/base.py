@@ -164,6 +164,15 @@ class Unit(abc.ABC):
         ``None`` where the backend has no per-layer profiling (the default)."""
         return None
 
+    def layer_profile(
+        self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], runs: int = 20
+    ) -> tuple[list[tuple[tuple[str, ...], float]] | None, float | None]:
+        """:meth:`layer_times` and the median wall time (µs) of the same profiled runs, or
+        ``None`` for it where the backend does not time them (the default): the kernels'
+        sum is compared with the runs that gave it, not with a timing taken at another moment
+        (on a busy or drifting machine, the two can differ by a fifth)."""
+        return self.layer_times(model, feeds, runs), None
+
     def alone(self) -> Unit:
         """This unit as it runs best when a plan's only partition is on it (nothing else runs
         beside it). The default: itself."""

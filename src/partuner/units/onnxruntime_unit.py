@@ -264,8 +264,16 @@ class OnnxruntimeUnit(Unit):
         self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], runs: int = 20
     ) -> list[tuple[tuple[str, ...], float]] | None:
         """onnxruntime's own profiling (``enable_profiling``) of the model run whole."""
+        return self.layer_profile(model, feeds, runs)[0]
+
+    def layer_profile(
+        self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], runs: int = 20
+    ) -> tuple[list[tuple[tuple[str, ...], float]] | None, float | None]:
+        """:meth:`layer_times` and the median wall time of the same runs (µs)."""
         import json
+        import statistics
         import tempfile
+        import time
         from pathlib import Path
 
         ok, reason = self.availability()
@@ -275,13 +283,16 @@ class OnnxruntimeUnit(Unit):
             runner = OnnxruntimeRunner(
                 model, unit_name=self.name, profile_prefix=str(Path(tmp) / "p"), **self.options
             )
+            walls: list[float] = []
             try:
                 for _ in range(runs):
+                    t0 = time.perf_counter()
                     runner.run(feeds)
+                    walls.append((time.perf_counter() - t0) * 1e6)
                 events = json.loads(Path(runner.end_profiling()).read_text(encoding="utf-8"))
             finally:
                 runner.close()
-        return kernel_times(events)
+        return kernel_times(events), float(statistics.median(walls)) if walls else None
 
     def prepare(self, model: onnx.ModelProto) -> OnnxruntimeRunner:
         ok, reason = self.availability()

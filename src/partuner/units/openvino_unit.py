@@ -335,7 +335,14 @@ class OpenvinoUnit(Unit):
     ) -> list[tuple[tuple[str, ...], float]] | None:
         """OpenVINO's own per-layer counters (``PERF_COUNT``) of the model run whole, each
         runtime layer named by the original layers it was made from."""
+        return self.layer_profile(model, feeds, runs)[0]
+
+    def layer_profile(
+        self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], runs: int = 20
+    ) -> tuple[list[tuple[tuple[str, ...], float]] | None, float | None]:
+        """:meth:`layer_times` and the median wall time of the same runs (µs)."""
         import statistics
+        import time
 
         ok, reason = self.availability()
         if not ok:
@@ -347,16 +354,20 @@ class OpenvinoUnit(Unit):
         try:
             names = runner.layer_names()
             times: dict[str, list[float]] = {}
+            walls: list[float] = []
             for _ in range(runs):
+                t0 = time.perf_counter()
                 runner.run(feeds)
+                walls.append((time.perf_counter() - t0) * 1e6)
                 for layer, us in runner.profiling_info():
                     times.setdefault(layer, []).append(us)
         finally:
             runner.close()
-        return [
+        kernels = [
             (names.get(layer) or (layer,), float(statistics.median(us)))
             for layer, us in times.items()
         ]
+        return kernels, float(statistics.median(walls)) if walls else None
 
     def prepare(self, model: onnx.ModelProto) -> OpenvinoRunner:
         ok, reason = self.availability()
