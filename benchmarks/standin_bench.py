@@ -133,23 +133,20 @@ def unit_rows(graph, units, prof, npus: list[str]) -> dict[str, Any]:
             can = sum(n.flops for n in graph.compute_nodes if units[name].supports(n, graph))
             row["flops_share"] = can / graph.total_flops if graph.total_flops else 0.0
             row["region_error"] = up.region_error
-            timed = [r for r in up.regions if r.error is not None]
-            whole = sum(r.whole_us for r in timed)
-            # the regions together: what the per-layer profiles miss or add over all of them
-            row["region_error_weighted"] = (
-                sum(r.parts_us for r in timed) / whole - 1 if timed and whole > 0 else None
-            )
             row["regions"] = [
                 {
                     "label": r.label,
                     "whole_ms": None if r.whole_us is None else r.whole_us / 1e3,
                     "parts_ms": None if r.parts_us is None else r.parts_us / 1e3,
+                    # the runs the per-layer profile came from: what the error compares with
+                    "profiled_runs_ms": None if r.layer_wall_us is None else r.layer_wall_us / 1e3,
                     "error": r.error,
                     "source": r.source,
                     "reason": r.reason,
                 }
                 for r in up.regions
             ]
+            row["region_error_weighted"] = weighted_region_error(row["regions"])
         out[name] = row
     return out
 
@@ -608,17 +605,21 @@ def main() -> None:
         print(f"\nwritten to {path}")
 
 
+def weighted_region_error(regions: list[dict[str, Any]]) -> float | None:
+    """All of a unit's regions together: their kernels' total against the total time each
+    region's error was taken against (parts / (1 + error): the profiled runs, or the region's
+    whole time in results of earlier versions), so each region weighs by its time."""
+    timed = [r for r in regions if r["error"] is not None and r["parts_ms"]]
+    whole = sum(r["parts_ms"] / (1 + r["error"]) for r in timed)
+    return sum(r["parts_ms"] for r in timed) / whole - 1 if timed and whole > 0 else None
+
+
 def report(results: list[dict[str, Any]], skipped: list[str]) -> None:
     """The table and the goal lines."""
-    for res in results:  # results saved before the weighted region error was recorded
+    for res in results:
         for u in res["npus"]:
             row = res["units"][u]
-            if "region_error_weighted" not in row:
-                timed = [r for r in row.get("regions", []) if r["error"] is not None]
-                whole = sum(r["whole_ms"] for r in timed)
-                row["region_error_weighted"] = (
-                    sum(r["parts_ms"] for r in timed) / whole - 1 if timed and whole else None
-                )
+            row["region_error_weighted"] = weighted_region_error(row.get("regions", []))
     print_table(results)
     print()
     for line in goal_lines(results, overall_goals(results)):
