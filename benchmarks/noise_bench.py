@@ -19,6 +19,7 @@ Writes benchmarks/results/noise.json and prints a markdown table.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -67,7 +68,7 @@ def main() -> None:
             windows[name].append(m.median_us / 1e3)
     wall = time.perf_counter() - t0
     busy1, ours1 = cpu_seconds()
-    other = max((busy1 - busy0) - (ours1 - ours0), 0.0) / (wall * 2)
+    other = max((busy1 - busy0) - (ours1 - ours0), 0.0) / (wall * (os.cpu_count() or 1))
     rows = []
     for name, ms in windows.items():
         fast = min(ms)

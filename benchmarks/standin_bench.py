@@ -64,7 +64,12 @@ from seed_bench import groups_in_parallel  # noqa: E402
 from partuner.errors import PartunerError  # noqa: E402
 from partuner.export import write_plan  # noqa: E402
 from partuner.graph import load_model, zoo  # noqa: E402
-from partuner.pipeline import build_problem, make_plan, plan_file  # noqa: E402
+from partuner.pipeline import (  # noqa: E402
+    MEASURED_PLAN_MARGIN,
+    build_problem,
+    make_plan,
+    plan_file,
+)
 from partuner.plan import (  # noqa: E402
     get_scheduler,
     plan_from_assignment,
@@ -465,6 +470,37 @@ def print_table(results: list[dict[str, Any]]) -> None:
             )
 
 
+def margin_check(results: list[dict[str, Any]]) -> str:
+    """What auto's margin on measured units rests on (pipeline.MEASURED_PLAN_MARGIN): every
+    scheduler's distinct plan over several units, by its predicted gain over the model's
+    fastest predicted one-unit plan, against its measured gain over that plan."""
+    small, large = [], []
+    for res in results:
+        rows = [r for r in res["rows"] if r.get("measured_ms") and r.get("same_plan_as") is None]
+        ones = [r for r in rows if len(r["units"]) == 1]
+        if not ones:
+            continue
+        one = min(ones, key=lambda r: r["predicted_ms"])
+        for r in rows:
+            gain = 1 - r["predicted_ms"] / one["predicted_ms"]
+            if len(r["units"]) > 1 and gain > 0:
+                got = 1 - r["measured_ms"] / one["measured_ms"]
+                (small if gain < MEASURED_PLAN_MARGIN else large).append(got)
+
+    def say(gains: list[float]) -> str:
+        if not gains:
+            return "none"
+        faster = sum(g > 0 for g in gains)
+        return f"{len(gains)}, {faster} measured faster ({min(gains):+.1%} to {max(gains):+.1%})"
+
+    return (
+        "Plans over several units (every scheduler's) against the model's fastest one-unit "
+        f"plan, measured: predicted 0-{MEASURED_PLAN_MARGIN:.0%} faster: {say(small)}; "
+        f"predicted {MEASURED_PLAN_MARGIN:.0%} or more faster: {say(large)} (auto keeps one "
+        f"unit unless a plan over several is predicted {MEASURED_PLAN_MARGIN:.0%} faster)."
+    )
+
+
 def goal_lines(results: list[dict[str, Any]], overall: dict[str, Any]) -> list[str]:
     n = overall["models"]
     worst = [
@@ -524,6 +560,7 @@ def goal_lines(results: list[dict[str, Any]], overall: dict[str, Any]) -> list[s
         "SqueezeNet 11.12 % (202.72 -> 180.18 ms) with 4 of 8 groups in parallel. Here: "
         + ("; ".join(seeds) or "no squeezenet measured")
         + ".",
+        margin_check(results),
         "Other work on the machine while plans were timed (share of all cores' time, from "
         "/proc/stat, hypervisor steal included): "
         + "; ".join(f"{res['model']} {_pct(res.get('other_cpu_share'), False)}" for res in results)

@@ -61,9 +61,8 @@ MEASURED_MARGIN = 0.01
 # On measured units (none modeled), `auto` keeps a plan over several units only when it is
 # predicted faster than the best one-unit plan by at least this fraction: a smaller predicted
 # gain is within what the cost model misses on real units (hand-offs, cold partitions, the
-# machine's own drift: docs/algorithms.md, "Known limits"). On the CPU + NPU stand-in
-# (benchmarks/standin_bench.py, two runs), the six `auto` plans predicted under 5 % faster
-# than one unit measured 14 % slower to 0.2 % faster than it. Modeled units: no margin.
+# machine's own drift: docs/algorithms.md, "Known limits"). benchmarks/standin_bench.py
+# checks it on every run ("Plans over several units ..."). Modeled units: no margin.
 MEASURED_PLAN_MARGIN = 0.05
 
 
