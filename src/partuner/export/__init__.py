@@ -4,6 +4,7 @@ from partuner.export.cut import PartitionModel, cut, cut_nodes, partition_order
 from partuner.export.planfile import (
     PartitionSpec,
     PlanFile,
+    StreamSpec,
     atomic_write,
     plan_to_dict,
     read_plan,
@@ -15,6 +16,7 @@ __all__ = [
     "PartitionModel",
     "PartitionSpec",
     "PlanFile",
+    "StreamSpec",
     "atomic_write",
     "cut",
     "cut_nodes",

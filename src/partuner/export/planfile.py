@@ -45,10 +45,38 @@ import yaml
 
 from partuner.errors import PlanFileError
 
-__all__ = ["PlanFile", "PartitionSpec", "read_plan", "write_plan", "plan_to_dict", "atomic_write"]
+__all__ = [
+    "PlanFile",
+    "PartitionSpec",
+    "StreamSpec",
+    "read_plan",
+    "write_plan",
+    "plan_to_dict",
+    "atomic_write",
+]
 __all__ += ["check_partition_names", "default_mode", "is_safe_name", "short_repr"]
 
 FORMAT_VERSION = 1
+
+
+MAX_IN_FLIGHT = 64  # frames in flight per copy a plan file may ask for
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """How to run a plan on a stream of frames (``partuner plan --objective throughput``):
+    frames in flight per copy (``in_flight[0]``: the plan's own partitions), the further
+    ``copies`` of the plan (each a unit rename: ``{cpu0: cpu1}`` runs the partitions of
+    ``cpu0`` on ``cpu1``), and what the planner predicted (frames per second, the bound no
+    stream on these units beats, each frame's p50/p99 latency, the latency bound asked for)."""
+
+    in_flight: tuple[int, ...] = (2,)
+    copies: tuple[dict[str, str], ...] = ()
+    predicted_fps: float | None = None
+    fps_bound: float | None = None
+    latency_p50_us: float | None = None
+    latency_p99_us: float | None = None
+    max_latency_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +103,7 @@ class PlanFile:
     units: dict[str, dict[str, Any]] = field(default_factory=dict)
     parallel: list[list[str]] = field(default_factory=list)
     source: str = ""
+    stream: StreamSpec | None = None  # planned for throughput: how to stream it
 
     @property
     def node_unit(self) -> dict[str, str]:
@@ -158,6 +187,7 @@ def plan_to_dict(plan: PlanFile) -> dict[str, Any]:
             "lower_bound_ms": _ms(plan.lower_bound_us),
             "modeled": plan.modeled,
             "units": plan.units,
+            **({"stream": _stream_dict(plan.stream)} if plan.stream is not None else {}),
             "partitions": [
                 {
                     "name": p.name,
@@ -170,6 +200,75 @@ def plan_to_dict(plan: PlanFile) -> dict[str, Any]:
             ],
         },
     }
+
+
+def _stream_dict(s: StreamSpec) -> dict[str, Any]:
+    return {
+        "objective": "throughput",
+        "in_flight": list(s.in_flight),
+        "copies": [dict(c) for c in s.copies],
+        "predicted_fps": s.predicted_fps,
+        "fps_bound": s.fps_bound,
+        "latency_ms": {"p50": _ms(s.latency_p50_us), "p99": _ms(s.latency_p99_us)},
+        "max_latency_ms": _ms(s.max_latency_us),
+    }
+
+
+def _read_stream(value: object, units: set[str], where: str) -> StreamSpec | None:
+    """``partuner.stream`` of a plan file (None when absent); every problem one line."""
+    if value is None:
+        return None
+    key = "partuner.stream"
+    if not isinstance(value, dict):
+        raise PlanFileError(f"{where}: `{key}` must be a mapping, got {short_repr(value)}")
+    copies = value.get("copies") or []
+    if not isinstance(copies, list) or not all(isinstance(c, dict) for c in copies):
+        raise PlanFileError(
+            f"{where}: `{key}.copies` must be a list of unit renames like [{{cpu0: cpu1}}], "
+            f"got {short_repr(copies)}"
+        )
+    renames = []
+    for k, c in enumerate(copies):
+        for a, b in c.items():
+            _unit_name(a, f"{key}.copies[{k}]", where)
+            _unit_name(b, f"{key}.copies[{k}]", where)
+        unknown = sorted(set(c) - units)
+        if unknown:
+            raise PlanFileError(
+                f"{where}: `{key}.copies[{k}]` renames {unknown}, which no partition runs on"
+            )
+        renames.append({str(a): str(b) for a, b in c.items()})
+    flight = value.get("in_flight", [2] * (1 + len(renames)))
+    if (
+        not isinstance(flight, list)
+        or len(flight) != 1 + len(renames)
+        or not all(type(k) is int and 1 <= k <= MAX_IN_FLIGHT for k in flight)
+    ):
+        raise PlanFileError(
+            f"{where}: `{key}.in_flight` must list the frames in flight (1 to {MAX_IN_FLIGHT}) "
+            f"of the plan and of each of its {len(renames)} copies, got {short_repr(flight)}"
+        )
+    lat = value.get("latency_ms") or {}
+    if not isinstance(lat, dict):
+        raise PlanFileError(f"{where}: `{key}.latency_ms` must be {{p50: MS, p99: MS}}")
+    fps = {}
+    for name in ("predicted_fps", "fps_bound"):
+        x = value.get(name)
+        ok = x is None or (isinstance(x, int | float) and not isinstance(x, bool) and x >= 0)
+        if not ok or (x is not None and not math.isfinite(x)):
+            raise PlanFileError(
+                f"{where}: `{key}.{name}` must be a finite number >= 0, got {short_repr(x)}"
+            )
+        fps[name] = None if x is None else float(x)
+    return StreamSpec(
+        in_flight=tuple(flight),
+        copies=tuple(renames),
+        predicted_fps=fps["predicted_fps"],
+        fps_bound=fps["fps_bound"],
+        latency_p50_us=_us(lat.get("p50"), f"{key}.latency_ms.p50", where),
+        latency_p99_us=_us(lat.get("p99"), f"{key}.latency_ms.p99", where),
+        max_latency_us=_us(value.get("max_latency_ms"), f"{key}.max_latency_ms", where),
+    )
 
 
 def write_plan(plan: PlanFile, path: str | Path) -> None:
@@ -377,6 +476,7 @@ def _read_own(doc: dict[str, Any], own: dict[str, Any], where: str) -> PlanFile:
         units=dict(units),
         parallel=_parallel(doc, where),
         source=where,
+        stream=_read_stream(own.get("stream"), {p.unit for p in parts}, where),
     )
 
 

@@ -20,7 +20,7 @@ from partuner.plan.problem import Problem
 if TYPE_CHECKING:
     from partuner.plan.partitions import Partition
 
-__all__ = ["Timing", "partition_cost", "simulate"]
+__all__ = ["Timing", "crossings", "partition_cost", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -53,12 +53,7 @@ def simulate(problem: Problem, partitions: Sequence[Partition]) -> Timing:
     PartitionCycleError
         The partitions (with each unit's order) depend on each other cyclically.
     """
-    part_of = _check_cover(problem, partitions)
-    crossing: dict[tuple[int, int], dict[Hashable, float]] = {}
-    for i, e in enumerate(problem.edges):
-        q, p = part_of[e.src], part_of[e.dst]
-        if q != p:
-            crossing.setdefault((q, p), {}).update(problem.payload(i))
+    crossing = crossings(problem, partitions)
     after: list[set[int]] = [set() for _ in partitions]  # after[p]: what p waits for
     for q, p in crossing:
         after[p].add(q)
@@ -88,6 +83,21 @@ def simulate(problem: Problem, partitions: Sequence[Partition]) -> Timing:
         start_us={partitions[i].name: start[i] for i in range(len(partitions))},
         end_us={partitions[i].name: end[i] for i in range(len(partitions))},
     )
+
+
+def crossings(
+    problem: Problem, partitions: Sequence[Partition]
+) -> dict[tuple[int, int], dict[Hashable, float]]:
+    """``{(q, p): {value key: bytes}}``: what partition ``p`` reads from partition ``q``
+    (indices into ``partitions``; each distinct value once), after checking that the
+    partitions cover ``problem`` (see :func:`simulate` for what raises)."""
+    part_of = _check_cover(problem, partitions)
+    crossing: dict[tuple[int, int], dict[Hashable, float]] = {}
+    for i, e in enumerate(problem.edges):
+        q, p = part_of[e.src], part_of[e.dst]
+        if q != p:
+            crossing.setdefault((q, p), {}).update(problem.payload(i))
+    return crossing
 
 
 def partition_cost(

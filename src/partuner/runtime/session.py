@@ -26,8 +26,9 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -173,6 +174,7 @@ class Session:
         #: ``{partition: (planned unit, why it could not run there)}`` for fallen-back partitions
         self.fallbacks: dict[str, tuple[str, str]] = {}
         self._closed = False
+        self.last_stream: Any = None  # StreamStats of the last ``stream``
         if fallback is not None:
             units[fallback]  # noqa: B018 - names the known units when unknown
         producer: dict[str, int] = {}
@@ -237,6 +239,8 @@ class Session:
             # The caller's thread runs the lane of the last partition (often the first one's
             # unit too): a one-unit plan needs no thread hand-off at all, and every plan saves
             # the wake-ups at its start or end.
+            #: each lane's partitions in run order (a stream runs them with threads of its own)
+            self.lanes: list[list[int]] = [list(idxs) for idxs in by_lane.values()]
             last = order[-1] if order else None
             caller = lane_of[self.partitions[last].unit] if last is not None else -1
             self._caller_unit = self.partitions[last].unit if last is not None else ""
@@ -426,6 +430,38 @@ class Session:
         self._last_trace = run.trace
         self._last_handoffs = (run.transfers, run.ends)
         return [run.values[n] for n in names]
+
+    def stream(
+        self,
+        frames: Iterable[Mapping[str, np.ndarray]],
+        *,
+        in_flight: int = 2,
+        output_names: Sequence[str] | None = None,
+        timeout_s: float | None = None,
+    ) -> Iterator[list[np.ndarray]]:
+        """Run ``frames`` (each a feeds mapping) with up to ``in_flight`` in flight, yielding
+        each frame's outputs in frame order (:mod:`partuner.runtime.stream`); afterwards
+        :attr:`last_stream` holds what was measured. A failure raises ``RuntimeFailure``
+        naming the frame, partition and unit."""
+        from partuner.runtime.stream import StreamStats, stream
+
+        self.last_stream = StreamStats()
+        return stream(
+            [self],
+            frames,
+            in_flight=[in_flight],
+            output_names=output_names,
+            timeout_s=timeout_s,
+            stats=self.last_stream,
+        )
+
+    def _closed_by_timeout(self) -> None:
+        """Mark the session closed without waiting for its runners (one may be stuck)."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeFailure("this Session is closed; create a new one")
 
     @property
     def last_trace(self) -> list[PartitionTrace]:

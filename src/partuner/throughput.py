@@ -1,0 +1,199 @@
+"""The throughput objective glued together: plan a stream, write it, run it and measure it.
+
+``partuner plan/tune --objective throughput`` and ``partuner run --stream N`` call these;
+the planning is :mod:`partuner.plan.stream_plan`, the runtime :mod:`partuner.runtime.stream`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from partuner.errors import PartunerError
+from partuner.export import PlanFile, StreamSpec, cut
+from partuner.graph import ModelGraph
+from partuner.plan import Plan, Problem
+from partuner.plan.stream_plan import StreamPlan, ThroughputResult, plan_throughput
+from partuner.runtime import CheckResult, Session, check_outputs
+from partuner.runtime.stream import StreamStats, stream
+from partuner.units import UnitSet
+
+__all__ = [
+    "LATENCY_SHARE",
+    "check_stream_spec",
+    "StreamRun",
+    "make_stream_plan",
+    "measure_stream",
+    "stream_frames",
+    "stream_plan_file",
+    "stream_sessions",
+]
+
+LATENCY_SHARE = 0.4  # of the budget: the latency plans (auto's), the throughput search the rest
+DISTINCT_FRAMES = 16  # distinct random frames a measured stream cycles through
+
+
+def make_stream_plan(
+    problem: Problem,
+    *,
+    time_limit: float | None = None,
+    max_latency_us: float | None = None,
+    progress: Callable[[str, float, float], None] | None = None,
+) -> tuple[ThroughputResult, Plan, dict[str, Plan]]:
+    """Plan ``problem`` for throughput: first the latency plans (``make_plan`` with ``auto``,
+    :data:`LATENCY_SHARE` of the budget), then :func:`~partuner.plan.stream_plan.
+    plan_throughput` from them. Returns the result, the latency plan and every latency plan."""
+    from partuner.pipeline import make_plan
+
+    budget = 10.0 if time_limit is None else max(0.0, time_limit)
+    plan, plans = make_plan(problem, "auto", time_limit=budget * LATENCY_SHARE, progress=progress)
+    distinct: dict[Any, tuple[str, Plan]] = {}
+    for name, p in sorted(plans.items(), key=lambda kv: kv[0] != "auto"):  # auto's name first
+        key = frozenset((q.unit, q.nodes) for q in p.partitions)
+        distinct.setdefault(key, ("auto" if p is plan else name, p))
+    result = plan_throughput(
+        problem,
+        time_limit=budget * (1 - LATENCY_SHARE),
+        max_latency_us=max_latency_us,
+        plans=dict(distinct.values()),
+        progress=progress,
+    )
+    return result, plan, plans
+
+
+def stream_plan_file(
+    sp: StreamPlan, result: ThroughputResult, graph: ModelGraph, units: UnitSet
+) -> PlanFile:
+    """The plan file of stream plan ``sp``: the partitions and their units' specs (the
+    copies' units too), with the ``stream`` section."""
+    from partuner.pipeline import plan_file
+
+    pf = plan_file(sp.plan, graph, units)
+    for u in sp.units:
+        pf.units.setdefault(u, units[u].spec())
+    pf.scheduler = sp.name
+    pf.status = result.status if sp is result.best else "heuristic"
+    pf.stream = StreamSpec(
+        in_flight=tuple(t.in_flight for t in sp.timings),
+        copies=tuple(dict(c) for c in sp.copies),
+        predicted_fps=sp.fps,
+        fps_bound=None if math.isinf(result.fps_bound) else result.fps_bound,
+        latency_p50_us=sp.latency_us(50),
+        latency_p99_us=sp.latency_us(99),
+        max_latency_us=result.max_latency_us,
+    )
+    return pf
+
+
+def stream_sessions(
+    graph: ModelGraph, pf: PlanFile, units: UnitSet, *, timeout_s: float = 60.0
+) -> list[Session]:
+    """A :class:`Session` for the plan and one for each copy of its ``stream`` section (the
+    partitions' units renamed); closed again if one cannot be made."""
+    parts = cut(graph, pf.partitions)
+    copies = list(pf.stream.copies) if pf.stream is not None else []
+    for c in copies:
+        for u in c.values():
+            units[u]  # noqa: B018 - names the known units when unknown
+    sessions: list[Session] = []
+    try:
+        for rename in [{}, *copies]:
+            mine = [replace(p, unit=rename.get(p.unit, p.unit)) for p in parts]
+            sessions.append(Session(graph, mine, units, timeout_s=timeout_s))
+    except BaseException:
+        for s in sessions:
+            s.close()
+        raise
+    return sessions
+
+
+def stream_frames(
+    graph: ModelGraph, n: int, *, seed: int = 0, feeds: Mapping[str, np.ndarray] | None = None
+) -> list[dict[str, np.ndarray]]:
+    """``n`` frames: ``feeds`` every time when given, else :data:`DISTINCT_FRAMES` seeded
+    random frames in turn."""
+    from partuner.profile.measure import random_feeds
+
+    if feeds is not None:
+        return [dict(feeds)] * n
+    pool = [random_feeds(graph, list(graph.inputs), seed=seed + i) for i in range(DISTINCT_FRAMES)]
+    return [pool[i % len(pool)] for i in range(n)]
+
+
+@dataclass
+class StreamRun:
+    """A measured stream: its statistics, and, when checked, each frame against the whole
+    model (``check``: the worst frame's result; ``failed``: the frames that failed)."""
+
+    stats: StreamStats
+    frames: int
+    check: CheckResult | None = None
+    failed: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        st = self.stats
+        return {
+            "frames": self.frames,
+            "throughput_fps": st.throughput_fps,
+            "latency_ms": {"p50": st.latency_ms(50), "p99": st.latency_ms(99)},
+            "utilisation": st.utilisation(),
+            "in_flight": list(st.in_flight),
+            "check": None
+            if self.check is None
+            else {**self.check.to_dict(), "frames_failed": self.failed},
+        }
+
+
+def measure_stream(
+    sessions: Sequence[Session],
+    in_flight: Sequence[int],
+    frames: Sequence[Mapping[str, np.ndarray]],
+    *,
+    check: bool = False,
+    precisions: Sequence[str] = ("f32",),
+    warmup: int | None = None,
+) -> StreamRun:
+    """Stream ``frames`` through ``sessions`` (after ``warmup`` frames, by default twice the
+    frames in flight, not counted) and measure; with ``check``, every frame's outputs are
+    compared with the whole model's (onnxruntime, f32) after the stream, so the comparison
+    takes no time from it."""
+    from partuner.pipeline import reference_outputs
+
+    graph = sessions[0].graph
+    warm = 2 * sum(in_flight) if warmup is None else warmup
+    for _ in stream(sessions, list(frames[:warm]), in_flight=in_flight):
+        pass
+    stats = StreamStats()
+    outs = list(stream(sessions, frames, in_flight=in_flight, stats=stats))
+    run = StreamRun(stats, len(frames))
+    if check:
+        refs: dict[int, dict[str, np.ndarray]] = {}
+        worst: CheckResult | None = None
+        for i, (feeds, got) in enumerate(zip(frames, outs, strict=True)):
+            key = id(feeds)
+            if key not in refs:
+                refs[key] = reference_outputs(graph, dict(feeds))
+            res = check_outputs(refs[key], dict(zip(graph.outputs, got, strict=True)), precisions)
+            if not res.passed:
+                run.failed.append(i)
+            if worst is None or (not res.passed and worst.passed):
+                worst = res
+        run.check = worst
+    return run
+
+
+def check_stream_spec(pf: PlanFile, in_flight: int | None) -> list[int]:
+    """Frames in flight per copy for running ``pf`` as a stream: ``in_flight`` for each copy
+    when given, else the plan's ``stream`` section, else 2."""
+    copies = 1 + (len(pf.stream.copies) if pf.stream is not None else 0)
+    if in_flight is not None:
+        if in_flight < 1:
+            raise PartunerError(f"--in-flight must be 1 or more, got {in_flight}")
+        return [in_flight] * copies
+    if pf.stream is not None:
+        return list(pf.stream.in_flight)
+    return [2] * copies
