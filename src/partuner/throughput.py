@@ -31,6 +31,9 @@ __all__ = [
     "stream_frames",
     "stream_plan_file",
     "stream_sessions",
+    "stream_stages",
+    "tune_stream",
+    "with_stream",
 ]
 
 LATENCY_SHARE = 0.4  # of the budget: the latency plans (auto's), the throughput search the rest
@@ -75,6 +78,12 @@ def stream_plan_file(
     pf = plan_file(sp.plan, graph, units)
     for u in sp.units:
         pf.units.setdefault(u, units[u].spec())
+    return with_stream(pf, sp, result)
+
+
+def with_stream(pf: PlanFile, sp: StreamPlan, result: ThroughputResult) -> PlanFile:
+    """``pf`` (the file form of ``sp.plan``) named after ``sp``, with its ``stream``
+    section."""
     pf.scheduler = sp.name
     pf.status = result.status if sp is result.best else "heuristic"
     pf.stream = StreamSpec(
@@ -197,3 +206,105 @@ def check_stream_spec(pf: PlanFile, in_flight: int | None) -> list[int]:
     if pf.stream is not None:
         return list(pf.stream.in_flight)
     return [2] * copies
+
+
+def stream_stages(say: Callable[[str], None]) -> Callable[[str, float, float], None]:
+    """A ``progress`` for :func:`make_stream_plan` that says each stage as one line: the
+    latency stages as ``make_plan``'s, the throughput ones in frames per second."""
+    from partuner.pipeline import planning_stages
+
+    latency = planning_stages(say)
+
+    def said(step: str, best_us: float, bound_us: float) -> None:
+        if not step.startswith("throughput"):
+            latency(step, best_us, bound_us)
+            return
+        fps = 1e6 / best_us if 0 < best_us < math.inf else 0.0
+        top = f"{1e6 / bound_us:.1f}" if bound_us > 0 else "-"
+        say(f"planning: {step} (best so far {fps:.1f} frames/s, bound {top} frames/s)")
+
+    return said
+
+
+@dataclass
+class StreamTuneResult:
+    """What ``partuner tune --objective throughput`` planned, measured and wrote: the kept
+    stream plan, every configuration measured (``rows``: name, the stream plan, its measured
+    run or None where a unit is modeled), the planning result and the output folder."""
+
+    kept: StreamPlan
+    result: ThroughputResult
+    latency_plan: Plan
+    rows: list[tuple[str, StreamPlan, StreamRun | None]]
+    check: CheckResult | None
+    outdir: Any
+    files: list[str]
+    note: str = ""
+
+
+def tune_stream(
+    graph: ModelGraph,
+    units: UnitSet,
+    problem: Problem,
+    outdir: Any,
+    *,
+    frames: int = 200,
+    time_limit: float | None = None,
+    max_latency_us: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> StreamTuneResult:
+    """Plan ``problem`` for throughput, export the plan, then stream ``frames`` frames through
+    it and through each baseline (the latency plan, the best single unit, data-parallel
+    copies), each checked frame by frame; keep the baseline instead when it measured faster
+    by more than 1 % (the measurement overrules the prediction)."""
+    from pathlib import Path
+
+    from partuner.export import export_plan
+    from partuner.pipeline import MEASURED_MARGIN
+
+    say = progress or (lambda _msg: None)
+    say("planning")
+    result, latency_plan, _ = make_stream_plan(
+        problem, time_limit=time_limit, max_latency_us=max_latency_us, progress=stream_stages(say)
+    )
+    chosen = [("partuner plan", result.best)]
+    chosen += [(k, v) for k, v in result.baselines.items() if v is not result.best]
+    seen: set[int] = set()
+    rows: list[tuple[str, StreamPlan, StreamRun | None]] = []
+    pool = stream_frames(graph, frames)
+    for name, sp in chosen:
+        if id(sp) in seen:
+            continue
+        seen.add(id(sp))
+        run = None
+        if not any(units[u].modeled for u in sp.units):
+            say(f"streaming {frames} frames: {name}")
+            pf = stream_plan_file(sp, result, graph, units)
+            sessions = stream_sessions(graph, pf, units)
+            try:
+                precisions = [units[u].precision for u in sp.units]
+                in_flight = [t.in_flight for t in sp.timings]
+                run = measure_stream(sessions, in_flight, pool, check=True, precisions=precisions)
+            finally:
+                for s in sessions:
+                    s.close()
+        rows.append((name, sp, run))
+    kept, kept_run, note = result.best, rows[0][2], ""
+    measured = [(n, sp, r) for n, sp, r in rows if r is not None and r.check and r.check.passed]
+    if kept_run is not None and measured:
+        name, sp, run = max(measured, key=lambda x: x[2].stats.throughput_fps)
+        if sp is not kept and run.stats.throughput_fps > kept_run.stats.throughput_fps * (
+            1 + MEASURED_MARGIN
+        ):
+            note = (
+                f"the planned stream ({result.best.name}) ran {kept_run.stats.throughput_fps:.1f} "
+                f"frames/s, the {name} {run.stats.throughput_fps:.1f} (predicted "
+                f"{result.best.fps:.1f} vs {sp.fps:.1f}); {outdir} holds the {name} instead"
+            )
+            kept, kept_run = sp, run
+    say("exporting")
+    outdir = Path(outdir)
+    export_plan(graph, stream_plan_file(kept, result, graph, units), outdir)
+    files = sorted(str(p.relative_to(outdir)) for p in outdir.rglob("*") if p.is_file())
+    check = kept_run.check if kept_run is not None else None
+    return StreamTuneResult(kept, result, latency_plan, rows, check, outdir, files, note)

@@ -13,6 +13,7 @@ from rich.table import Table
 from partuner.cli import main
 from partuner.cli.common import (
     StageLines,
+    check_objective,
     console,
     db_option,
     emit_json,
@@ -21,6 +22,7 @@ from partuner.cli.common import (
     input_shape_option,
     json_option,
     load_graph,
+    objective_options,
     quiet_option,
     units_option,
 )
@@ -63,6 +65,7 @@ from partuner.cli.stages import corrections_cli, load_units_cli, profile_cli
     type=click.Path(dir_okay=False),
     help="Plan a problem written by --dump-problem instead of profiling (MODEL is optional).",
 )
+@objective_options
 @fuse_options
 @json_option
 @quiet_option
@@ -79,6 +82,8 @@ def plan_cmd(
     output: str | None,
     dump_problem: str | None,
     load_problem: str | None,
+    objective: str,
+    max_latency_ms: float | None,
     fuse: tuple[str, ...],
     fuse_max: int,
     as_json: bool,
@@ -94,6 +99,12 @@ def plan_cmd(
     if model is None and load_problem is None:
         raise PartunerError("give a MODEL to profile and plan, or --load-problem PROBLEM.json")
     get_scheduler(scheduler)  # fail on a wrong name before profiling
+    check_objective(objective, max_latency_ms)
+    if objective == "throughput" and (scheduler != "auto" or compare or explain):
+        raise PartunerError(
+            "--objective throughput plans from auto's plans: leave out --scheduler, --compare "
+            "and --explain"
+        )
     g = load_graph(model, input_shapes) if model else None
     us = load_units_cli(units_file) if model else None
     if load_problem:
@@ -107,6 +118,9 @@ def plan_cmd(
     problem.validate()
     if dump_problem:
         atomic_write(dump_problem, problem.to_json())
+    if objective == "throughput":
+        _plan_stream(problem, g, us, time_limit, max_latency_ms, output, as_json, quiet)
+        return
     with StageLines(quiet or as_json) as stage:
         stage("planning")
         plan, plans = make_plan(
@@ -198,6 +212,50 @@ def plan_cmd(
         console.print(w["line"], markup=False)
     if output:
         console.print(f"plan written to {output}")
+
+
+def _plan_stream(
+    problem: Any,
+    graph: Any,
+    units: Any,
+    time_limit: float | None,
+    max_latency_ms: float | None,
+    output: str | None,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """``plan --objective throughput``: plan, write the plan file, print or emit JSON."""
+    from partuner.cli.stream_views import plan_result, print_plan
+    from partuner.export import atomic_write, plan_to_dict, write_plan
+    from partuner.throughput import make_stream_plan, stream_stages, with_stream
+
+    with StageLines(quiet or as_json) as stage:
+        stage("planning")
+        result, _, _ = make_stream_plan(
+            problem,
+            time_limit=time_limit,
+            max_latency_us=None if max_latency_ms is None else max_latency_ms * 1e3,
+            progress=stream_stages(stage),
+        )
+    best = result.best
+    pf = _plan_file(best.plan, problem, graph, units)
+    if units is not None:
+        for u in best.units:
+            if u in units.units:
+                pf.units.setdefault(u, units[u].spec())
+    with_stream(pf, best, result)
+    if output:
+        if output.endswith(".json"):
+            atomic_write(output, json.dumps(plan_to_dict(pf), indent=1))
+        else:
+            write_plan(pf, output)
+    r = plan_result(result, output)
+    r["problem"] = problem.name
+    r["model"] = graph.source if graph is not None else None
+    if as_json:
+        emit_json(r)
+    else:
+        print_plan(r)
 
 
 def _plan_file(plan: Any, problem: Any, graph: Any, units: Any) -> Any:

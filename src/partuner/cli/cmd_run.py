@@ -298,6 +298,21 @@ def _with_common(fn: Any) -> Any:
     is_flag=True,
     help="Store each unit's measured/predicted factor in the profile store.",
 )
+@click.option(
+    "--stream",
+    "stream_frames",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Run N frames as a stream (frames overlapping; outputs in order, each checked) and "
+    "measure frames per second, latency and utilisation.",
+)
+@click.option(
+    "--in-flight",
+    type=click.IntRange(min=1, max=64),
+    default=None,
+    help="With --stream: frames in flight per copy (default: the plan's, else 2).",
+)
 @db_option
 @json_option
 @handle_errors
@@ -313,10 +328,31 @@ def run_cmd(
     repeat: int,
     trace_path: str | None,
     calibrate: bool,
+    stream_frames: int | None,
+    in_flight: int | None,
     db: str | None,
     as_json: bool,
 ) -> None:
     """Run MODEL as PLAN's partitions, one worker per unit; measure and check it."""
+    if stream_frames is not None:
+        _stream(
+            model,
+            input_shapes,
+            plan_path,
+            units_file,
+            inputs,
+            seed,
+            timeout,
+            fallback,
+            stream_frames,
+            in_flight,
+            trace_path,
+            calibrate,
+            as_json,
+        )
+        return
+    if in_flight is not None:
+        raise PartunerError("--in-flight sets a stream's frames in flight: add --stream N")
     r, ran = execute(
         model, input_shapes, plan_path, units_file, inputs, repeat, seed, timeout, fallback
     )
@@ -359,6 +395,64 @@ def run_cmd(
             console.print(f"timeline written to {trace_path} (open it in ui.perfetto.dev)")
         if calibrate:
             _print_calibration(r["calibration"])
+    if not r["check"]["passed"]:
+        raise SystemExit(1)
+
+
+def _stream(
+    model: str,
+    input_shapes: tuple[str, ...],
+    plan_path: str,
+    units_file: str | None,
+    inputs: tuple[str, ...],
+    seed: int,
+    timeout: float,
+    fallback: str | None,
+    frames: int,
+    in_flight: int | None,
+    trace_path: str | None,
+    calibrate: bool,
+    as_json: bool,
+) -> None:
+    """``run --stream N``."""
+    from partuner.cli.stream_views import print_run, run_stream
+    from partuner.export import read_plan
+    from partuner.pipeline import plan_from_file
+
+    if fallback is not None or calibrate:
+        raise PartunerError(
+            "--stream runs the plan's own units: leave out --fallback and --calibrate"
+        )
+    g = load_graph(model, input_shapes)
+    pf = read_plan(plan_path)
+    us = _units_for_plan(units_file, pf)
+    plan_from_file(pf, g, us)
+    units = {p.unit for p in pf.partitions}
+    for c in pf.stream.copies if pf.stream is not None else ():
+        units |= {c.get(u, u) for u in units}
+    for u in sorted(units):
+        ok, why = us[u].availability()
+        if not ok:
+            raise PartunerError(f"unit {u!r} of the plan is not available here: {why}")
+    feeds = _feeds(g, inputs, seed) if inputs else None
+    r = run_stream(
+        model,
+        input_shapes,
+        plan_path,
+        units_file,
+        feeds,
+        frames,
+        in_flight,
+        timeout,
+        trace_path,
+        g,
+        pf,
+        us,
+    )
+    if as_json:
+        emit_json(r)
+    else:
+        print_run(r)
     if not r["check"]["passed"]:
         raise SystemExit(1)
 

@@ -11,6 +11,7 @@ from rich.table import Table
 from partuner.cli import main
 from partuner.cli.common import (
     StageLines,
+    check_objective,
     console,
     db_option,
     emit_json,
@@ -20,10 +21,12 @@ from partuner.cli.common import (
     json_option,
     load_graph,
     model_argument,
+    objective_options,
     quiet_option,
     units_option,
 )
 from partuner.cli.stages import corrections_cli, load_units_cli, profile_cli, unit_summary
+from partuner.errors import PartunerError
 
 
 @main.command("tune")
@@ -54,6 +57,14 @@ from partuner.cli.stages import corrections_cli, load_units_cli, profile_cli, un
     show_default=True,
     help="Seconds the planner may take (auto/exact).",
 )
+@objective_options
+@click.option(
+    "--frames",
+    type=click.IntRange(min=10),
+    default=200,
+    show_default=True,
+    help="With --objective throughput: frames each measured stream runs.",
+)
 @fuse_options
 @json_option
 @quiet_option
@@ -68,6 +79,9 @@ def tune_cmd(
     repeat: int,
     skip_unavailable: bool,
     time_limit: float,
+    objective: str,
+    max_latency_ms: float | None,
+    frames: int,
     fuse: tuple[str, ...],
     fuse_max: int,
     as_json: bool,
@@ -82,12 +96,18 @@ def tune_cmd(
 
     if scheduler != "auto":
         get_scheduler(scheduler)
+    check_objective(objective, max_latency_ms)
+    if objective == "throughput" and scheduler != "auto":
+        raise PartunerError("--objective throughput plans from auto's plans: leave out --scheduler")
     g = load_graph(model, input_shapes)
     us = load_units_cli(units_file)
     name = Path(model[4:] if model.startswith("zoo:") else model).name.split(".")[0]
     outdir = Path(output) if output else Path("partuner-out") / name
     quiet = quiet or as_json
     prof = profile_cli(g, us, db, quiet, skip_unavailable, fuse=fuse, fuse_max=fuse_max)
+    if objective == "throughput":
+        _tune_stream(g, us, prof, db, outdir, time_limit, max_latency_ms, frames, as_json, quiet)
+        return
 
     with StageLines(quiet) as stage:
         r = tune(
@@ -190,6 +210,48 @@ def tune_cmd(
         )
         console.print(f"[bold]{summary}[/bold]")
     if not r.check.passed:
+        raise SystemExit(1)
+
+
+def _tune_stream(
+    g: Any,
+    us: Any,
+    prof: Any,
+    db: str | None,
+    outdir: Path,
+    time_limit: float,
+    max_latency_ms: float | None,
+    frames: int,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """``tune --objective throughput``."""
+    from partuner.cli.stream_views import print_tune, tune_result
+    from partuner.pipeline import build_problem
+    from partuner.throughput import tune_stream
+
+    problem = build_problem(g, us, prof, corrections_cli(g, us, db))
+    with StageLines(quiet) as stage:
+        r = tune_stream(
+            g,
+            us,
+            problem,
+            outdir,
+            frames=frames,
+            time_limit=time_limit,
+            max_latency_us=None if max_latency_ms is None else max_latency_ms * 1e3,
+            progress=stage,
+        )
+    res = tune_result(r, g, us, prof)
+    if as_json:
+        emit_json(res)
+    else:
+        print_tune(
+            res,
+            f"[bold]{g.source}[/bold] on {', '.join(us.units)}, streamed {frames} frames "
+            f"per configuration ({prof.signatures} signatures profiled in {prof.wall_s:.1f} s)",
+        )
+    if r.check is not None and not r.check.passed:
         raise SystemExit(1)
 
 

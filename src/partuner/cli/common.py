@@ -34,6 +34,8 @@ __all__ = [
     "db_option",
     "emit_json",
     "fuse_options",
+    "objective_options",
+    "check_objective",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -114,6 +116,31 @@ def db_option(fn: F) -> F:
         default=None,
         help="Profile store (SQLite). Default: $PARTUNER_DB or ~/.cache/partuner/profiles.db.",
     )(fn)
+
+
+def objective_options(fn: F) -> F:
+    """``--objective latency|throughput`` and ``--max-latency-ms`` (plan, tune)."""
+    fn = click.option(
+        "--max-latency-ms",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        metavar="MS",
+        help="With --objective throughput: each frame's p99 latency at most this.",
+    )(fn)
+    return click.option(
+        "--objective",
+        type=click.Choice(["latency", "throughput"]),
+        default="latency",
+        show_default=True,
+        help="latency: one inference as fast as possible; throughput: the most frames per "
+        "second on a stream, frames overlapping.",
+    )(fn)
+
+
+def check_objective(objective: str, max_latency_ms: float | None) -> None:
+    """``--max-latency-ms`` means something with ``--objective throughput`` only."""
+    if max_latency_ms is not None and objective != "throughput":
+        raise PartunerError("--max-latency-ms bounds a stream's frames: add --objective throughput")
 
 
 def fuse_options(fn: F) -> F:
