@@ -41,7 +41,7 @@ __all__ = [
     "tune_in_flight",
 ]
 
-MAX_IN_FLIGHT = 8  # frames: enough to fill every plan partuner makes over up to 8 lanes
+MAX_IN_FLIGHT = 16  # frames in flight a stream plan may take at most
 
 
 @dataclass(frozen=True)
@@ -280,10 +280,16 @@ def tune_in_flight(
     within ``max_latency_us`` (None when none is)."""
     runs = []
     lanes = len(set(lanes_of(problem, [p.unit for p in partitions]).values()))
-    for k in range(1, max(1, min(up_to, 2 * lanes + 1)) + 1):
+    load = max(stream_loads(problem, partitions).values(), default=0.0)
+    single = simulate(problem, partitions).makespan_us
+    # enough frames to cover a frame's latency at the busiest resource's pace (Little's law)
+    need = math.ceil(single / load) + lanes if load > 0 else 1
+    for k in range(1, max(1, min(up_to, need)) + 1):
         run = simulate_stream(problem, partitions, in_flight=k)
         if max_latency_us is None or run.latency_us(99) <= max_latency_us * (1 + 1e-9):
             runs.append(run)
+            if run.period_us <= run.load_bound_us * (1 + 1e-9):
+                break  # no more frames in flight can do better
     if not runs:
         return None
     best = min(r.period_us for r in runs)

@@ -240,6 +240,15 @@ class _Stream:
                     self.cond.notify_all()
                 return
             with self.cond:
+                if self.stop:  # the stream ended (an error, a timeout) while this ran
+                    return
+                missing = [v for v in part.outputs if v not in outs]
+                if missing:
+                    why = f"its runner returned no {missing[0]!r}"
+                    self.error = (fr.index, part.name, part.unit, RuntimeError(why))
+                    self.stop = True
+                    self.cond.notify_all()
+                    return
                 for v in part.outputs:
                     fr.values[v] = outs[v]
                 fr.done[i] = True
@@ -328,7 +337,7 @@ class _Stream:
                         f"(partition {part.name!r} on unit {part.unit!r})"
                     )
                 self.cond.wait(left)
-            if self.error is not None:
+            if self.error is not None and (fr.left > 0 or index >= self.error[0]):
                 f, name, unit, err = self.error
                 if not isinstance(err, Exception):  # Ctrl-C reached a partition's call
                     raise err

@@ -1,0 +1,150 @@
+"""The throughput objective on the command line: plan, run --stream and tune, and one clear
+line with exit code 2 for each bad input."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from click.testing import CliRunner
+
+from partuner.cli import main
+from partuner.export import read_plan
+
+
+def _invoke(*args: object):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def _fails_cleanly(result, *needles: str) -> None:
+    assert result.exit_code == 2, result.output
+    lines = [x for x in result.output.splitlines() if x.strip()]
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("partuner: error: ")
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_plan_and_run_a_stream_on_two_cpus(tmp_path, branchy_file, units_file, db):
+    plan = tmp_path / "stream.yaml"
+    r = _invoke(
+        "plan", branchy_file, "--units", units_file, "--db", db, "--objective", "throughput",
+        "--time-limit", "2", "-o", plan, "--json", "-q",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["objective"] == "throughput"
+    assert res["predicted_fps"] > 0 and res["fps_bound"] >= res["predicted_fps"] * (1 - 1e-9)
+    base = res["baselines"]
+    assert {"latency plan", "best single unit", "data-parallel"} <= set(base)
+    assert res["predicted_fps"] >= max(b["predicted_fps"] for b in base.values()) * (1 - 1e-9)
+    pf = read_plan(plan)
+    assert pf.stream is not None and pf.stream.predicted_fps == res["predicted_fps"]
+    assert list(pf.stream.in_flight) == res["in_flight"]
+    # two equal 1-thread CPUs: copies of the whole model, one per core
+    assert res["copies"] == [{"cpu0": "cpu1"}] and set(pf.units) == {"cpu0", "cpu1"}
+
+    r = _invoke("run", branchy_file, "--plan", plan, "--stream", 40, "--json")
+    assert r.exit_code == 0, r.output
+    run = json.loads(r.output)
+    assert run["throughput_fps"] > 0 and run["predicted_fps"] == res["predicted_fps"]
+    assert 0 < run["latency_ms"]["p50"] <= run["latency_ms"]["p99"]
+    assert set(run["utilisation"]) == {"cpu0", "cpu1"}
+    assert run["check"]["passed"] is True and run["check"]["frames_failed"] == []
+    assert run["frames"] == 40 and run["copies"] == 2
+
+    trace = tmp_path / "t.json"
+    r = _invoke(
+        "run", branchy_file, "--plan", plan, "--stream", 10, "--in-flight", 1, "--trace", trace
+    )
+    assert r.exit_code == 0, r.output
+    assert "frames/s measured" in r.output and "every frame passed" in r.output
+    names = {e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"}
+    assert {"f0 p0", "f9 p0"} <= names
+
+
+def test_a_modeled_stream_is_predicted_not_measured(tmp_path, branchy_file, npu_units_file, db):
+    plan = tmp_path / "m.yaml"
+    r = _invoke(
+        "plan", branchy_file, "--units", npu_units_file, "--db", db, "--objective", "throughput",
+        "--time-limit", "2", "-o", plan, "-q",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "frames/s" in r.output and "bound" in r.output
+    r = _invoke(
+        "run", branchy_file, "--plan", plan, "--units", npu_units_file, "--stream", 12, "--json"
+    )
+    run = json.loads(r.output)
+    # the npu (300 GFLOP/s, modeled) takes the convolutions: nothing is measured on it
+    assert "npu" in run["units"] and run["modeled"] is True
+    assert run["throughput_fps"] is None and run["latency_ms"] is None
+    assert run["host_fps"] > 0 and run["predicted_fps"] > 0
+    assert run["check"]["passed"] is True
+
+
+def test_stream_bad_inputs_fail_in_one_line(tmp_path, branchy_file, units_file, db):
+    _fails_cleanly(
+        _invoke("plan", branchy_file, "--units", units_file, "--max-latency-ms", 5),
+        "--max-latency-ms bounds a stream",
+        "--objective throughput",
+    )
+    _fails_cleanly(
+        _invoke(
+            "plan",
+            branchy_file,
+            "--units",
+            units_file,
+            "--db",
+            db,
+            "--objective",
+            "throughput",
+            "--max-latency-ms",
+            "0.001",
+            "--time-limit",
+            "1",
+            "-q",
+        ),  # fmt: skip
+        "each frame within 0.001 ms",
+        "the fastest plan found takes",
+    )
+    _fails_cleanly(
+        _invoke("plan", branchy_file, "--objective", "throughput", "--scheduler", "heft"),
+        "leave out --scheduler",
+    )
+    plan = tmp_path / "p.yaml"
+    r = _invoke("plan", branchy_file, "--units", units_file, "--db", db, "-o", plan, "-q")
+    assert r.exit_code == 0, r.output
+    _fails_cleanly(_invoke("run", branchy_file, "--plan", plan, "--in-flight", 2), "add --stream N")
+    doc = yaml.safe_load(plan.read_text())
+    for stream, needle in [
+        ({"in_flight": [0]}, "`partuner.stream.in_flight` must list"),
+        ({"in_flight": [2, 2]}, "`partuner.stream.in_flight` must list"),
+        ({"copies": [{"gpu9": "cpu1"}], "in_flight": [1, 1]}, "renames ['gpu9']"),
+        ({"copies": "cpu1"}, "`partuner.stream.copies` must be a list"),
+        ({"predicted_fps": "fast"}, "`partuner.stream.predicted_fps` must be a finite"),
+        ([1, 2], "`partuner.stream` must be a mapping"),
+    ]:
+        doc["partuner"]["stream"] = stream
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(yaml.safe_dump(doc))
+        _fails_cleanly(_invoke("run", branchy_file, "--plan", bad, "--stream", 3), needle)
+    # a plan without a stream section streams with 2 frames in flight
+    r = _invoke("run", branchy_file, "--plan", plan, "--stream", 6, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["in_flight"] == [2]
+
+
+def test_tune_for_throughput(tmp_path, branchy_file, units_file, db):
+    out = tmp_path / "out"
+    r = _invoke(
+        "tune", branchy_file, "--units", units_file, "--db", db, "-o", out, "--objective",
+        "throughput", "--frames", 20, "--time-limit", 2, "--json",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["check"]["passed"] is True and res["measured_fps"] > 0
+    whats = [row["what"] for row in res["rows"]]
+    assert whats[0] == "partuner plan" and "best single unit" in whats
+    assert all(row["measured_fps"] > 0 for row in res["rows"])
+    pf = read_plan(out / "plan.yaml")
+    assert pf.stream is not None and pf.scheduler == res["scheduler"]
