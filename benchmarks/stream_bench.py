@@ -1,0 +1,543 @@
+"""Streams: the throughput objective's plans against its baselines, measured (issue 18).
+
+Per model (every zoo model but synthetic_large, and the ../shared models when present) and
+units configuration (the measured stand-in examples/units/cpu-npu-standin.yaml, and the
+modeled examples/units/cpu-npu-modeled.yaml with 1, 2 and 4 NPUs: the ``npu`` entry copied
+as npu1.. before the cpu), every step a ``partuner`` command in a fresh process:
+
+* **plan**: ``partuner plan MODEL --units U --db DB --objective throughput --time-limit T -o
+  PLAN --json`` profiles (one store per model), plans, and reports the baselines' predicted
+  frames per second: the latency plan run as a stream, the best single unit, data-parallel
+  copies where units that share no hardware each run the whole model;
+* **measure** (the stand-in only; modeled rows are predictions, labelled so): ``partuner run
+  MODEL --plan P --units U --db DB --stream N --json`` for (a) the throughput plan; (b) the
+  latency plan (``partuner plan`` with the latency objective and the budget the throughput
+  planner gives its latency plans, so the same plan) with ``--in-flight K``, K as the planner
+  predicted for it; (c) the best single unit (``--scheduler single``, ``--in-flight 1``); (d)
+  data-parallel copies where the planner has that baseline; (e) a throughput plan under
+  ``--max-latency-ms`` 1.5x the latency plan's predicted single-frame latency. ``--rounds``
+  rounds, each running every configuration once, the order rotated each round. Figure:
+  the median of the rounds' frames per second; "spread": (max - min) / median over them;
+  "error": measured / predicted - 1; latency and utilisation: medians over the rounds.
+
+Goal lines (issue 18): the throughput plans' measured frames per second within 10 % of the
+prediction; on the stand-in at least 1.3x the latency plan run as a stream on the branchy
+models, and never below the best single unit or a data-parallel split (below: slower in every
+round); under a latency bound, the measured p99 latency within it in every round.
+
+    python benchmarks/stream_bench.py [--quick] [--models squeezenet,branchy] [--rounds 3]
+        [--frames 300] [--size 224] [--time-limit 10] [--npus 1,2,4]
+    python benchmarks/stream_bench.py --reprint benchmarks/results/stream.json
+
+Writes benchmarks/results/stream.json after each model and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import ROOT, cpu_seconds, machine, shared_model, temp_dir, write_result  # noqa: E402
+
+from partuner.export import StreamSpec, read_plan, write_plan  # noqa: E402
+from partuner.graph import zoo  # noqa: E402
+from partuner.throughput import LATENCY_SHARE  # noqa: E402
+from partuner.units import load_units  # noqa: E402
+
+CLI = Path(sys.executable).with_name("partuner")
+STANDIN = ROOT / "examples" / "units" / "cpu-npu-standin.yaml"
+MODELED = ROOT / "examples" / "units" / "cpu-npu-modeled.yaml"
+SHARED = {"shared:squeezenet1_1": "squeezenet1_1", "shared:googlenet": "googlenet"}
+SHARED["shared:resnet18"] = "resnet18"
+MODELS = tuple(n for n in zoo.NAMES if n != "synthetic_large") + tuple(SHARED)
+BRANCHY = {"squeezenet", "googlenet", "inception_v3", "branchy", "resnet18", "resnet50"}
+BRANCHY |= set(SHARED)
+GOAL_ERROR, GOAL_RATIO, BOUND_FACTOR = 0.10, 1.3, 1.5
+THROUGHPUT, LATENCY, SINGLE, DATA_PARALLEL = (
+    "throughput plan",
+    "latency plan",
+    "best single unit",
+    "data-parallel",
+)
+BOUNDED = "throughput plan, p99 bound"
+
+
+def cli(args: list[str], log: list[dict[str, Any]], timeout: float = 1800.0) -> dict[str, Any]:
+    """``partuner ARGS --json`` in a fresh process: its JSON answer (also when a stream's check
+    failed: exit status 1), or ``{"error": last line}``. Logs the command and its wall time."""
+    t0 = time.perf_counter()
+    try:
+        out = subprocess.run(
+            [str(CLI), *args, "--json"], capture_output=True, text=True, timeout=timeout
+        )
+        try:
+            got = json.loads(out.stdout)
+        except ValueError:
+            lines = (out.stderr or out.stdout).strip().splitlines()
+            got = {"error": lines[-1] if lines else f"exit status {out.returncode}"}
+    except subprocess.TimeoutExpired:
+        got = {"error": f"timed out after {timeout:.0f} s"}
+    log.append({"command": " ".join(["partuner", *args]), "wall_s": time.perf_counter() - t0})
+    return got
+
+
+def load_source(key: str, size: int, work: Path) -> tuple[str, Path] | None:
+    """(label, model file) of a zoo or ../shared model; None if a shared one is absent."""
+    if key in SHARED:
+        path = shared_model(SHARED[key], work)
+        return None if path is None else (key, path)
+    s = max(size, zoo.MIN_IMAGE_SIZE.get(key, 1))
+    path = work / f"{key}@{s}.onnx"
+    path.write_bytes(zoo.build(key, image_size=s).SerializeToString())
+    return f"zoo:{key}@{s}", path
+
+
+def modeled_units(n: int, work: Path) -> Path:
+    """The modeled units file with ``n`` NPUs: its ``npu`` entry copied as npu1.. before the
+    cpu, as the file's comments say."""
+    if n == 1:
+        return MODELED
+    doc = yaml.safe_load(MODELED.read_text())
+    npu = doc["units"]["npu"]
+    rest = {k: v for k, v in doc["units"].items() if k != "npu"}
+    doc["units"] = {"npu": npu, **{f"npu{i}": dict(npu) for i in range(1, n)}, **rest}
+    path = work / f"cpu-npu-modeled-{n}npu.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def trim(plan: dict[str, Any]) -> dict[str, Any]:
+    """What the table needs of ``plan --json``."""
+    keys = ("scheduler", "status", "predicted_fps", "fps_bound", "in_flight", "copies")
+    keys += ("latency_ms", "max_latency_ms", "utilisation", "modeled", "predicted_ms")
+    out = {k: plan[k] for k in keys if k in plan}
+    out["partitions"] = [[p["unit"], p["nodes"]] for p in plan.get("partitions", [])]
+    fields = ("name", "predicted_fps", "partitions", "units", "copies", "in_flight")
+    fields += ("latency_ms", "single_frame_ms", "modeled")
+    for part in ("baselines", "candidates"):
+        if part in plan:
+            out[part] = {k: {f: v[f] for f in fields} for k, v in plan[part].items()}
+    return out
+
+
+def data_parallel_file(single: Path, base: dict[str, Any], units: Path, out: Path) -> Path:
+    """``single`` (the whole model as one partition) on the data-parallel baseline's first
+    unit, with its copies and frames in flight as the planner predicted them."""
+    pf = read_plan(single)
+    us = load_units(units)
+    first = base["units"][0]
+    pf.partitions = [type(p)(p.name, first, p.nodes) for p in pf.partitions]
+    pf.units = {u: us[u].spec() for u in base["units"]}
+    pf.stream = StreamSpec(
+        in_flight=tuple(base["in_flight"]),
+        copies=tuple(dict(c) for c in base["copies"]),
+        predicted_fps=base["predicted_fps"],
+    )
+    write_plan(pf, out)
+    return out
+
+
+def row(label: str, units: str, what: str, **kw: Any) -> dict[str, Any]:
+    base = {"model": label, "units": units, "configuration": what, "modeled": False}
+    return {
+        **base,
+        "predicted_only": units != "stand-in",
+        "file": None,
+        "in_flight_arg": None,
+        **kw,
+    }
+
+
+def of_plan(label: str, units: str, what: str, sp: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    """A row for a stream plan of ``plan --json`` (its top level or one of its baselines)."""
+    parts = sp["partitions"]
+    return row(
+        label,
+        units,
+        what,
+        plan=sp.get("name", sp.get("scheduler")),
+        partitions=parts if isinstance(parts, int) else len(parts),
+        copies=1 + len(sp["copies"]),
+        in_flight=sp["in_flight"],
+        predicted_fps=sp["predicted_fps"],
+        modeled=sp["modeled"],
+        **kw,
+    )
+
+
+def plan_config(label, path, units, name, db, work, args, log) -> tuple[list, dict]:
+    """Plan ``path`` on ``units`` (configuration ``name``): its rows, with plan files and
+    frames in flight where they are to be measured (the stand-in), and the plans' JSON."""
+    stem = work / f"{path.stem}-{name.replace(' ', '_').replace(',', '')}"
+    common = [str(path), "--units", str(units), "--db", str(db)]
+    tp_args = ["plan", *common, "--objective", "throughput", "--time-limit", str(args.time_limit)]
+    tp = cli([*tp_args, "-o", f"{stem}-tp.yaml"], log)
+    if "error" in tp:
+        return [row(label, name, THROUGHPUT, error_text=tp["error"])], {"throughput": tp}
+    plans, base = {"throughput": trim(tp)}, tp["baselines"]
+    rows = [of_plan(label, name, THROUGHPUT, tp, file=f"{stem}-tp.yaml")]
+    rows += [
+        of_plan(label, name, k, base[k]) for k in (LATENCY, SINGLE, DATA_PARALLEL) if k in base
+    ]
+    if DATA_PARALLEL not in base:
+        rows.append(row(label, name, DATA_PARALLEL, na="n/a: no two units each run the model"))
+    if name != "stand-in":
+        return rows, plans
+    for r in rows[1:]:
+        what = r["configuration"]
+        if what == LATENCY:  # the budget make_stream_plan gives its latency plans: the same plan
+            limit = str(args.time_limit * LATENCY_SHARE)
+            got = cli(["plan", *common, "--time-limit", limit, "-o", f"{stem}-lat.yaml"], log)
+            k = (base[LATENCY]["in_flight"] or [2])[0]
+            r.update(file=f"{stem}-lat.yaml", in_flight_arg=k, in_flight=[k])
+            ms = base[LATENCY]["single_frame_ms"]
+            r["same_as_baseline"] = abs(got.get("predicted_ms", 0) - ms) <= 1e-6 * max(1, ms)
+        elif what in (SINGLE, DATA_PARALLEL) and "na" not in r:
+            if "single" not in plans:  # the whole model as one partition on the best unit
+                got = cli(
+                    ["plan", *common, "--scheduler", "single", "-o", f"{stem}-single.yaml"], log
+                )
+                plans["single"] = trim(got) if "error" not in got else got
+            got = plans["single"]
+            r.update(file=f"{stem}-single.yaml", in_flight_arg=1, in_flight=[1])
+            if what == DATA_PARALLEL and "error" not in got:
+                r.update(in_flight_arg=None, in_flight=base[what]["in_flight"])
+                out = Path(f"{stem}-dp.yaml")
+                r["file"] = str(data_parallel_file(Path(r["file"]), base[what], units, out))
+        else:
+            continue
+        if what == LATENCY:
+            plans["latency"] = trim(got) if "error" not in got else got
+        if "error" in got:
+            r.update(file=None, error_text=got["error"])
+    if LATENCY in base:  # a throughput plan again, each frame's p99 latency bounded
+        bound = BOUND_FACTOR * base[LATENCY]["single_frame_ms"]
+        got = cli([*tp_args, "--max-latency-ms", f"{bound:.6f}", "-o", f"{stem}-bound.yaml"], log)
+        plans["bounded"] = trim(got) if "error" not in got else got
+        what = f"{BOUNDED} {bound:.3f} ms"
+        if "error" in got:
+            rows.append(row(label, name, what, error_text=got["error"], bound_ms=bound))
+        else:
+            rows.append(of_plan(label, name, what, got, file=f"{stem}-bound.yaml", bound_ms=bound))
+    return rows, plans
+
+
+def measure(rows: list[dict], path: Path, db: Path, args, log: list) -> None:
+    """Every row with a plan file, ``--rounds`` times in fresh processes, rotated order."""
+    todo = [r for r in rows if r["file"]]
+    for k in range(args.rounds):
+        shift = k % len(todo) if todo else 0
+        for r in todo[shift:] + todo[:shift]:
+            cmd = ["run", str(path), "--plan", r["file"], "--units", str(STANDIN)]
+            cmd += ["--db", str(db), "--stream", str(args.frames)]
+            if r["in_flight_arg"] is not None:
+                cmd += ["--in-flight", str(r["in_flight_arg"])]
+            got = cli(cmd, log, timeout=900)
+            r["runs"].append(
+                {"error": got["error"]}
+                if "error" in got
+                else {k: got[k] for k in ("throughput_fps", "latency_ms", "utilisation", "check")}
+            )
+        print(f"  round {k + 1} of {args.rounds}", file=sys.stderr, flush=True)
+    for r in todo:
+        runs = [x for x in r["runs"] if "error" not in x and x["throughput_fps"]]
+        bad = [x["error"] for x in r["runs"] if "error" in x]
+        r["run_error"] = bad[0] if bad else None
+        if not runs:
+            continue
+        fps = [x["throughput_fps"] for x in runs]
+        r["rounds_fps"] = fps
+        r["measured_fps"] = m = statistics.median(fps)
+        r["spread"] = (max(fps) - min(fps)) / m
+        r["error"] = m / r["predicted_fps"] - 1 if r.get("predicted_fps") else None
+        r["p50_ms"] = statistics.median(x["latency_ms"]["p50"] for x in runs)
+        r["p99_ms"] = statistics.median(x["latency_ms"]["p99"] for x in runs)
+        r["p99_worst_ms"] = max(x["latency_ms"]["p99"] for x in runs)
+        units = sorted({u for x in runs for u in x["utilisation"]})
+        r["utilisation"] = {
+            u: statistics.median(x["utilisation"].get(u, 0.0) for x in runs) for u in units
+        }
+        r["check_passed"] = all(x["check"]["passed"] for x in runs)
+        del r["runs"]  # kept in rounds_fps and the figures above; the commands are logged
+
+
+def versus(rows: list[dict], what: str) -> dict[str, Any] | None:
+    """The throughput plan's measured fps against row ``what``'s: the median ratio and the
+    verdict over rounds (faster / slower in every round, else same)."""
+    by = {r["configuration"]: r for r in rows}
+    a, b = by.get(THROUGHPUT, {}), by.get(what, {})
+    if not a.get("measured_fps") or not b.get("measured_fps"):
+        return None
+    per = [x / y for x, y in zip(a["rounds_fps"], b["rounds_fps"], strict=False)]
+    verdict = "faster" if min(per) > 1 else ("slower" if max(per) < 1 else "same")
+    return {"ratio": a["measured_fps"] / b["measured_fps"], "rounds": per, "verdict": verdict}
+
+
+def bench_model(key: str, args, work: Path) -> dict[str, Any] | None:
+    src = load_source(key, args.size, work)
+    if src is None:
+        print(f"{key}: ../shared/models absent, skipped", file=sys.stderr)
+        return None
+    label, path = src
+    db, log = work / f"{path.stem}.db", []
+    configs = [("stand-in", STANDIN)]
+    configs += [(f"modeled, {n} npu" + "s" * (n > 1), modeled_units(n, work)) for n in args.npus]
+    rows, plans = [], {}
+    for name, units in configs:
+        got, plans[name] = plan_config(label, path, units, name, db, work, args, log)
+        rows += got
+        print(f"  planned on {name}", file=sys.stderr, flush=True)
+    t0, (busy0, ours0) = time.perf_counter(), cpu_seconds()
+    measure([r for r in rows if r["units"] == "stand-in"], path, db, args, log)
+    wall, (busy1, ours1) = time.perf_counter() - t0, cpu_seconds()
+    other = max((busy1 - busy0) - (ours1 - ours0), 0.0) / (max(wall, 1e-9) * (os.cpu_count() or 1))
+    real = [r for r in rows if r["units"] == "stand-in"]
+    bounded = next((r for r in real if r["configuration"].startswith(BOUNDED)), None)
+    return {
+        "model": label,
+        "branchy": key in BRANCHY,
+        "rows": rows,
+        "plans": plans,
+        "vs_latency": versus(real, LATENCY),
+        "vs_single": versus(real, SINGLE),
+        "vs_data_parallel": versus(real, DATA_PARALLEL),
+        "bounded": None
+        if bounded is None
+        else {
+            k: bounded.get(k) for k in ("bound_ms", "p99_ms", "p99_worst_ms", "error_text")
+        },  # fmt: skip
+        "other_cpu_share": other,
+        "commands": log,
+    }
+
+
+def _pct(x: float | None, sign: bool = True) -> str:
+    return "-" if x is None else (f"{x:+.1%}" if sign else f"{x:.1%}")
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    print(
+        "| model | units | configuration | partitions | in flight | predicted fps | measured fps "
+        "| error | spread | latency p50 / p99 ms | utilisation | check |"
+    )
+    print("|" + "---|" * 12)
+    for res in results:
+        for i, r in enumerate(res["rows"]):
+            head = f"| {res['model'] if i == 0 else ''} | {r['units']} | {r['configuration']}"
+            if "error_text" in r or "na" in r:
+                print(f"{head} | {r.get('na') or 'failed: ' + r['error_text']} |")
+                continue
+            parts = f"{r['partitions']}" + (f" x{r['copies']}" if r["copies"] > 1 else "")
+            plan = f" ({r['plan']})" if r["configuration"] == THROUGHPUT else ""
+            pred = f"{r['predicted_fps']:.1f}" + (" (modeled)" if r["modeled"] else "")
+            flight = "+".join(str(k) for k in r["in_flight"])
+            if r["modeled"] or not r["file"]:
+                meas = "predicted only (modeled)" if r["modeled"] else "not run"
+                print(f"{head}{plan} | {parts} | {flight} | {pred} | {meas} | - | - | - | - | - |")
+                continue
+            if not r.get("measured_fps"):
+                print(
+                    f"{head}{plan} | {parts} | {flight} | {pred} | run failed: {r['run_error']} |"
+                )
+                continue
+            if r["configuration"] == LATENCY and not r.get("same_as_baseline", True):
+                pred += " (planner's latency plan differs)"
+            util = ", ".join(f"{u} {v:.0%}" for u, v in r["utilisation"].items())
+            print(
+                f"{head}{plan} | {parts} | {flight} | {pred} | {r['measured_fps']:.1f} "
+                f"| {_pct(r['error'])} | {_pct(r['spread'], False)} | {r['p50_ms']:.3f} / "
+                f"{r['p99_ms']:.3f} | {util} | {'passed' if r['check_passed'] else 'FAILED'} |"
+            )
+
+
+def goals(results: list[dict[str, Any]]) -> dict[str, Any]:
+    real = [r for res in results for r in res["rows"] if r.get("measured_fps")]
+    tps = [r for r in real if r["configuration"] == THROUGHPUT and r["error"] is not None]
+    branchy = [res for res in results if res["branchy"] and res["vs_latency"]]
+    singles = [res for res in results if res["vs_single"]]
+    dps = [res for res in results if res["vs_data_parallel"]]
+    bounds = [res for res in results if res["bounded"] and res["bounded"]["p99_worst_ms"]]
+    return {
+        "throughput_plans": len(tps),
+        "throughput_plans_within": sum(abs(r["error"]) <= GOAL_ERROR for r in tps),
+        "measured_rows": len(real),
+        "measured_within": sum(abs(r["error"] or 0) <= GOAL_ERROR for r in real),
+        "median_abs_error": statistics.median(abs(r["error"] or 0) for r in real) if real else None,
+        "branchy_models": len(branchy),
+        "branchy_ratio_met": sum(res["vs_latency"]["ratio"] >= GOAL_RATIO for res in branchy),
+        "single_models": len(singles),
+        "single_not_below": sum(res["vs_single"]["verdict"] != "slower" for res in singles),
+        "data_parallel_models": len(dps),
+        "data_parallel_not_below": sum(
+            res["vs_data_parallel"]["verdict"] != "slower" for res in dps
+        ),  # fmt: skip
+        "bounded_models": len(bounds),
+        "bounded_within": sum(
+            b["bounded"]["p99_worst_ms"] <= b["bounded"]["bound_ms"] for b in bounds
+        ),  # fmt: skip
+        "checks_failed": [
+            f"{r['model']} {r['configuration']}" for r in real if not r["check_passed"]
+        ],  # fmt: skip
+    }
+
+
+def goal_lines(results: list[dict[str, Any]], g: dict[str, Any]) -> list[str]:
+    ok = {True: "met", False: "NOT met"}
+    err = "; ".join(
+        f"{r['model']} {_pct(r['error'])}"
+        for res in results
+        for r in res["rows"]
+        if r["configuration"] == THROUGHPUT and r.get("error") is not None
+    )
+    ratios = "; ".join(
+        f"{res['model']}{' (branchy)' if res['branchy'] else ''} {v['ratio']:.2f}x"
+        for res in results
+        for v in [res["vs_latency"]]
+        if v
+    )
+    def_ = "; ".join(
+        f"{res['model']}: {v['ratio']:.2f}x, {v['verdict']}"
+        for res in results
+        for v in [res["vs_single"]]
+        if v
+    )
+    dp = "; ".join(
+        f"{res['model']}: {v['ratio']:.2f}x, {v['verdict']}"
+        for res in results
+        for v in [res["vs_data_parallel"]]
+        if v
+    )
+    bd = "; ".join(
+        f"{res['model']} p99 {b['p99_worst_ms']:.3f} ms (median {b['p99_ms']:.3f}) vs "
+        f"{b['bound_ms']:.3f} ms"
+        if b.get("p99_worst_ms")
+        else f"{res['model']} not measured ({b.get('error_text') or 'run failed'})"
+        for res in results
+        for b in [res["bounded"]]
+        if b
+    )
+    n, k = g["throughput_plans"], g["throughput_plans_within"]
+    lines = [
+        f"Goal, the throughput plan's measured frames/s within 10 % of predicted (stand-in): "
+        f"{ok[n > 0 and k == n]}: {k} of {n} ({err or 'none measured'}). Over every measured "
+        f"row (baselines too): {g['measured_within']} of {g['measured_rows']} within 10 %, "
+        f"median |error| {_pct(g['median_abs_error'], False)}.",
+        f"Goal, the throughput plan >= {GOAL_RATIO}x the latency plan run as a stream on the "
+        f"branchy models (stand-in, measured): "
+        f"{ok[g['branchy_models'] > 0 and g['branchy_ratio_met'] == g['branchy_models']]}: "
+        f"holds on {g['branchy_ratio_met']} of {g['branchy_models']} branchy models (ratio per "
+        f"model: {ratios or 'none measured'}).",
+        f"Goal, never below the best single unit (measured; below = slower in every round): "
+        f"{ok[g['single_models'] > 0 and g['single_not_below'] == g['single_models']]}: "
+        f"{g['single_not_below']} of {g['single_models']} ({def_ or 'none measured'}); "
+        f"data-parallel: "
+        + (
+            f"{ok[g['data_parallel_not_below'] == g['data_parallel_models']]}: "
+            f"{g['data_parallel_not_below']} of {g['data_parallel_models']} ({dp})."
+            if g["data_parallel_models"]
+            else "n/a (no data-parallel split applies to the stand-in)."
+        ),
+        f"Goal, under a latency bound ({BOUND_FACTOR}x the latency plan's predicted "
+        f"single-frame latency) the measured p99 within it in every round: "
+        f"{ok[g['bounded_models'] > 0 and g['bounded_within'] == g['bounded_models']]}: "
+        f"{g['bounded_within']} of {g['bounded_models']} ({bd or 'none measured'}).",
+        "Every frame's outputs checked: "
+        + (
+            f"FAILED on {', '.join(g['checks_failed'])}."
+            if g["checks_failed"]
+            else "passed on every measured row."
+        ),
+        "Other work on the machine while streams ran (share of all cores' time, from "
+        "/proc/stat): "
+        + "; ".join(f"{res['model']} {_pct(res['other_cpu_share'], False)}" for res in results)
+        + ".",
+    ]
+    return lines
+
+
+def report(results: list[dict[str, Any]], skipped: list[str]) -> None:
+    print_table(results)
+    print()
+    for line in goal_lines(results, goals(results)):
+        print(line)
+    if skipped:
+        print(f"Skipped (../shared/models absent): {', '.join(skipped)}.")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="squeezenet and branchy at 64x64")
+    ap.add_argument("--models", help=f"comma-separated, of {', '.join(MODELS)}")
+    ap.add_argument("--rounds", type=int, help="rounds of fresh processes (default 3, quick 1)")
+    ap.add_argument("--frames", type=int, help="frames per stream (default 300, quick 60)")
+    ap.add_argument("--size", type=int, help="zoo image size (default 224, quick 64)")
+    ap.add_argument("--time-limit", type=float, help="per plan, s (default 10, quick 3)")
+    ap.add_argument("--npus", help="modeled NPU counts (default 1,2,4, quick 1)")
+    ap.add_argument("--reprint", type=Path, help="print the table of a saved JSON result")
+    args = ap.parse_args()
+    if args.reprint is not None:
+        saved = json.loads(args.reprint.read_text())
+        report(saved["results"], saved.get("skipped", []))
+        return
+    q = args.quick
+    args.rounds = args.rounds or (1 if q else 3)
+    args.frames = args.frames or (60 if q else 300)
+    args.size = args.size or (64 if q else 224)
+    args.time_limit = args.time_limit if args.time_limit is not None else (3.0 if q else 10.0)
+    args.npus = [int(n) for n in (args.npus or ("1" if q else "1,2,4")).split(",")]
+    keys = args.models.split(",") if args.models else (["squeezenet", "branchy"] if q else MODELS)
+    unknown = [k for k in keys if k not in MODELS]
+    if unknown:
+        ap.error(f"unknown model(s) {unknown}; known: {list(MODELS)}")
+    work = temp_dir("partuner-stream-bench-")
+    data: dict[str, Any] = {
+        "machine": machine(),
+        "quick": q,
+        "rounds": args.rounds,
+        "frames": args.frames,
+        "size": args.size,
+        "time_limit_s": args.time_limit,
+        "npus": args.npus,
+        "units_files": [str(STANDIN.relative_to(ROOT)), str(MODELED.relative_to(ROOT))],
+    }
+    results: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    t_all = time.perf_counter()
+    for key in keys:
+        t0 = time.perf_counter()
+        print(f"{key} ...", file=sys.stderr, flush=True)
+        res = bench_model(key, args, work)
+        if res is None:
+            skipped.append(key)
+            continue
+        res["wall_s"] = time.perf_counter() - t0
+        results.append(res)
+        print(f"done {res['model']} in {res['wall_s']:.0f} s", file=sys.stderr, flush=True)
+        path = write_result(
+            "stream",
+            {
+                **data,
+                "skipped": skipped,
+                "results": results,
+                "goals": goals(results),
+                "wall_s": time.perf_counter() - t_all,
+            },
+        )
+    report(results, skipped)
+    if results:
+        print(f"\nwritten to {path}")
+
+
+if __name__ == "__main__":
+    main()
