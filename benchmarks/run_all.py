@@ -148,6 +148,22 @@ SUITE = [
         "under the table are issue 16's, with the seeds' anchors.",
     ),
     (
+        "stream",
+        "stream_bench.py",
+        [],
+        "Streams of frames (issue 18): `partuner plan --objective throughput` on the stand-in "
+        "(examples/units/cpu-npu-standin.yaml) and on the modeled units file with 1, 2 and 4 "
+        "modeled NPUs, each plan and its baselines' predicted frames per second; on the "
+        "stand-in each configuration measured with `partuner run --stream 300` in a fresh "
+        'process, 3 rounds in rotated order (median of the rounds\' frames/s; "spread": (max '
+        "- min) / median): the throughput plan, the latency plan run as a stream with the frames "
+        "in flight the planner predicted for it, the best single unit (likewise), "
+        "data-parallel copies where units each run the whole model, and a throughput plan "
+        "under a p99 bound of 1.5x the latency plan's predicted single-frame latency. Rows on "
+        "modeled units are predictions, never measured. The goal lines under the table are "
+        "issue 18's.",
+    ),
+    (
         "noise",
         "noise_bench.py",
         [],

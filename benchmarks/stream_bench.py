@@ -13,7 +13,8 @@ as npu1.. before the cpu), every step a ``partuner`` command in a fresh process:
   MODEL --plan P --units U --db DB --stream N --json`` for (a) the throughput plan; (b) the
   latency plan (``partuner plan`` with the latency objective and the budget the throughput
   planner gives its latency plans, so the same plan) with ``--in-flight K``, K as the planner
-  predicted for it; (c) the best single unit (``--scheduler single``, ``--in-flight 1``); (d)
+  predicted for it; (c) the best single unit (``--scheduler single``, its frames in flight as
+  predicted); (d)
   data-parallel copies where the planner has that baseline; (e) a throughput plan under
   ``--max-latency-ms`` 1.5x the latency plan's predicted single-frame latency. ``--rounds``
   rounds, each running every configuration once, the order rotated each round. Figure:
@@ -48,29 +49,20 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, cpu_seconds, machine, shared_model, temp_dir, write_result  # noqa: E402
+from common import ROOT, cpu_seconds, machine, temp_dir, write_result  # noqa: E402
+from standin_bench import MODELED, MODELS, SHARED, STANDIN, load_source  # noqa: E402
 
 from partuner.export import StreamSpec, read_plan, write_plan  # noqa: E402
-from partuner.graph import zoo  # noqa: E402
 from partuner.throughput import LATENCY_SHARE  # noqa: E402
 from partuner.units import load_units  # noqa: E402
 
 CLI = Path(sys.executable).with_name("partuner")
-STANDIN = ROOT / "examples" / "units" / "cpu-npu-standin.yaml"
-MODELED = ROOT / "examples" / "units" / "cpu-npu-modeled.yaml"
-SHARED = {"shared:squeezenet1_1": "squeezenet1_1", "shared:googlenet": "googlenet"}
-SHARED["shared:resnet18"] = "resnet18"
-MODELS = tuple(n for n in zoo.NAMES if n != "synthetic_large") + tuple(SHARED)
 BRANCHY = {"squeezenet", "googlenet", "inception_v3", "branchy", "resnet18", "resnet50"}
 BRANCHY |= set(SHARED)
 GOAL_ERROR, GOAL_RATIO, BOUND_FACTOR = 0.10, 1.3, 1.5
-THROUGHPUT, LATENCY, SINGLE, DATA_PARALLEL = (
-    "throughput plan",
-    "latency plan",
-    "best single unit",
-    "data-parallel",
-)
-BOUNDED = "throughput plan, p99 bound"
+THROUGHPUT, LATENCY, BOUNDED = "throughput plan", "latency plan", "throughput plan, p99 bound"
+SINGLE, DATA_PARALLEL = "best single unit", "data-parallel"
+BOUND_KEYS = ("bound_ms", "predicted_p99_ms", "p99_ms", "p99_worst_ms", "error_text")
 
 
 def cli(args: list[str], log: list[dict[str, Any]], timeout: float = 1800.0) -> dict[str, Any]:
@@ -90,17 +82,6 @@ def cli(args: list[str], log: list[dict[str, Any]], timeout: float = 1800.0) -> 
         got = {"error": f"timed out after {timeout:.0f} s"}
     log.append({"command": " ".join(["partuner", *args]), "wall_s": time.perf_counter() - t0})
     return got
-
-
-def load_source(key: str, size: int, work: Path) -> tuple[str, Path] | None:
-    """(label, model file) of a zoo or ../shared model; None if a shared one is absent."""
-    if key in SHARED:
-        path = shared_model(SHARED[key], work)
-        return None if path is None else (key, path)
-    s = max(size, zoo.MIN_IMAGE_SIZE.get(key, 1))
-    path = work / f"{key}@{s}.onnx"
-    path.write_bytes(zoo.build(key, image_size=s).SerializeToString())
-    return f"zoo:{key}@{s}", path
 
 
 def modeled_units(n: int, work: Path) -> Path:
@@ -131,49 +112,32 @@ def trim(plan: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def data_parallel_file(single: Path, base: dict[str, Any], units: Path, out: Path) -> Path:
+def data_parallel_file(single: Path, base: dict[str, Any], units: Path) -> Path:
     """``single`` (the whole model as one partition) on the data-parallel baseline's first
     unit, with its copies and frames in flight as the planner predicted them."""
-    pf = read_plan(single)
-    us = load_units(units)
-    first = base["units"][0]
-    pf.partitions = [type(p)(p.name, first, p.nodes) for p in pf.partitions]
+    pf, us = read_plan(single), load_units(units)
+    pf.partitions = [type(p)(p.name, base["units"][0], p.nodes) for p in pf.partitions]
     pf.units = {u: us[u].spec() for u in base["units"]}
-    pf.stream = StreamSpec(
-        in_flight=tuple(base["in_flight"]),
-        copies=tuple(dict(c) for c in base["copies"]),
-        predicted_fps=base["predicted_fps"],
-    )
+    copies = tuple(dict(c) for c in base["copies"])
+    pf.stream = StreamSpec(tuple(base["in_flight"]), copies, base["predicted_fps"])
+    out = single.with_name(single.name.replace("-single", "-data-parallel"))
     write_plan(pf, out)
     return out
 
 
 def row(label: str, units: str, what: str, **kw: Any) -> dict[str, Any]:
-    base = {"model": label, "units": units, "configuration": what, "modeled": False}
-    return {
-        **base,
-        "predicted_only": units != "stand-in",
-        "file": None,
-        "in_flight_arg": None,
-        **kw,
-    }
+    only = units != "stand-in"  # modeled units files: predictions, never measured
+    out = {"model": label, "units": units, "configuration": what, "modeled": False}
+    return {**out, "predicted_only": only, "file": None, "in_flight_arg": None, **kw}
 
 
 def of_plan(label: str, units: str, what: str, sp: dict[str, Any], **kw: Any) -> dict[str, Any]:
     """A row for a stream plan of ``plan --json`` (its top level or one of its baselines)."""
-    parts = sp["partitions"]
-    return row(
-        label,
-        units,
-        what,
-        plan=sp.get("name", sp.get("scheduler")),
-        partitions=parts if isinstance(parts, int) else len(parts),
-        copies=1 + len(sp["copies"]),
-        in_flight=sp["in_flight"],
-        predicted_fps=sp["predicted_fps"],
-        modeled=sp["modeled"],
-        **kw,
-    )
+    n = sp["partitions"] if isinstance(sp["partitions"], int) else len(sp["partitions"])
+    kw |= {"plan": sp.get("name", sp.get("scheduler")), "partitions": n}
+    kw |= {k: sp[k] for k in ("in_flight", "predicted_fps", "modeled")}
+    kw["predicted_p99_ms"] = sp["latency_ms"]["p99"]
+    return row(label, units, what, copies=1 + len(sp["copies"]), **kw)
 
 
 def plan_config(label, path, units, name, db, work, args, log) -> tuple[list, dict]:
@@ -182,105 +146,100 @@ def plan_config(label, path, units, name, db, work, args, log) -> tuple[list, di
     stem = work / f"{path.stem}-{name.replace(' ', '_').replace(',', '')}"
     common = [str(path), "--units", str(units), "--db", str(db)]
     tp_args = ["plan", *common, "--objective", "throughput", "--time-limit", str(args.time_limit)]
-    tp = cli([*tp_args, "-o", f"{stem}-tp.yaml"], log)
+    plans: dict[str, Any] = {}
+
+    def plan(key: str, extra: list[str]) -> dict[str, Any]:
+        got = cli([*extra, "-o", f"{stem}-{key}.yaml"], log)
+        plans[key] = got if "error" in got else trim(got)
+        return got
+
+    tp = plan("throughput", tp_args)
     if "error" in tp:
-        return [row(label, name, THROUGHPUT, error_text=tp["error"])], {"throughput": tp}
-    plans, base = {"throughput": trim(tp)}, tp["baselines"]
-    rows = [of_plan(label, name, THROUGHPUT, tp, file=f"{stem}-tp.yaml")]
-    rows += [
-        of_plan(label, name, k, base[k]) for k in (LATENCY, SINGLE, DATA_PARALLEL) if k in base
-    ]
-    if DATA_PARALLEL not in base:
+        return [row(label, name, THROUGHPUT, error_text=tp["error"])], plans
+    base, file = tp["baselines"], {"units_file": str(units)}
+    rows = [of_plan(label, name, THROUGHPUT, tp, file=f"{stem}-throughput.yaml", **file)]
+    rows += [of_plan(label, name, k, base[k], **file) for k in (LATENCY, SINGLE) if k in base]
+    if DATA_PARALLEL in base:
+        rows.append(of_plan(label, name, DATA_PARALLEL, base[DATA_PARALLEL], **file))
+    else:
         rows.append(row(label, name, DATA_PARALLEL, na="n/a: no two units each run the model"))
     if name != "stand-in":
         return rows, plans
-    for r in rows[1:]:
-        what = r["configuration"]
-        if what == LATENCY:  # the budget make_stream_plan gives its latency plans: the same plan
-            limit = str(args.time_limit * LATENCY_SHARE)
-            got = cli(["plan", *common, "--time-limit", limit, "-o", f"{stem}-lat.yaml"], log)
-            k = (base[LATENCY]["in_flight"] or [2])[0]
-            r.update(file=f"{stem}-lat.yaml", in_flight_arg=k, in_flight=[k])
-            ms = base[LATENCY]["single_frame_ms"]
-            r["same_as_baseline"] = abs(got.get("predicted_ms", 0) - ms) <= 1e-6 * max(1, ms)
-        elif what in (SINGLE, DATA_PARALLEL) and "na" not in r:
-            if "single" not in plans:  # the whole model as one partition on the best unit
-                got = cli(
-                    ["plan", *common, "--scheduler", "single", "-o", f"{stem}-single.yaml"], log
-                )
-                plans["single"] = trim(got) if "error" not in got else got
-            got = plans["single"]
-            r.update(file=f"{stem}-single.yaml", in_flight_arg=1, in_flight=[1])
-            if what == DATA_PARALLEL and "error" not in got:
-                r.update(in_flight_arg=None, in_flight=base[what]["in_flight"])
-                out = Path(f"{stem}-dp.yaml")
-                r["file"] = str(data_parallel_file(Path(r["file"]), base[what], units, out))
-        else:
-            continue
-        if what == LATENCY:
-            plans["latency"] = trim(got) if "error" not in got else got
-        if "error" in got:
-            r.update(file=None, error_text=got["error"])
+    by = {r["configuration"]: r for r in rows}
+    if LATENCY in base:  # auto with the budget make_stream_plan gives it: the same plan
+        got = plan(
+            "latency", ["plan", *common, "--time-limit", str(args.time_limit * LATENCY_SHARE)]
+        )
+        k, ms = (base[LATENCY]["in_flight"] or [2])[0], base[LATENCY]["single_frame_ms"]
+        by[LATENCY].update(file=f"{stem}-latency.yaml", in_flight_arg=k, in_flight=[k])
+        by[LATENCY]["same_as_baseline"] = abs(got.get("predicted_ms", 0) - ms) <= 1e-6 * max(1, ms)
+    if SINGLE in by or DATA_PARALLEL in base:  # the whole model as one partition on one unit
+        got = plan("single", ["plan", *common, "--scheduler", "single"])
+        if SINGLE in by:  # with the frames in flight the planner predicted for it
+            k = (base[SINGLE]["in_flight"] or [2])[0] if SINGLE in base else 2
+            by[SINGLE].update(file=f"{stem}-single.yaml", in_flight_arg=k, in_flight=[k])
+        if DATA_PARALLEL in base and "error" not in got:
+            out = data_parallel_file(Path(f"{stem}-single.yaml"), base[DATA_PARALLEL], units)
+            by[DATA_PARALLEL]["file"] = str(out)
+    for key, what in (("latency", LATENCY), ("single", SINGLE), ("single", DATA_PARALLEL)):
+        if "error" in plans.get(key, {}) and what in by:
+            by[what].update(file=None, error_text=plans[key]["error"])
     if LATENCY in base:  # a throughput plan again, each frame's p99 latency bounded
         bound = BOUND_FACTOR * base[LATENCY]["single_frame_ms"]
-        got = cli([*tp_args, "--max-latency-ms", f"{bound:.6f}", "-o", f"{stem}-bound.yaml"], log)
-        plans["bounded"] = trim(got) if "error" not in got else got
-        what = f"{BOUNDED} {bound:.3f} ms"
+        got = plan("bounded", [*tp_args, "--max-latency-ms", f"{bound:.6f}"])
+        what, more = f"{BOUNDED} {bound:.3f} ms", {"bound_ms": bound, **file}
         if "error" in got:
-            rows.append(row(label, name, what, error_text=got["error"], bound_ms=bound))
+            rows.append(row(label, name, what, error_text=got["error"], **more))
         else:
-            rows.append(of_plan(label, name, what, got, file=f"{stem}-bound.yaml", bound_ms=bound))
+            rows.append(of_plan(label, name, what, got, file=f"{stem}-bounded.yaml", **more))
     return rows, plans
 
 
 def measure(rows: list[dict], path: Path, db: Path, args, log: list) -> None:
     """Every row with a plan file, ``--rounds`` times in fresh processes, rotated order."""
     todo = [r for r in rows if r["file"]]
+    runs: dict[int, list[dict[str, Any]]] = {id(r): [] for r in todo}
+    keep = ("throughput_fps", "latency_ms", "utilisation", "check")
     for k in range(args.rounds):
         shift = k % len(todo) if todo else 0
         for r in todo[shift:] + todo[:shift]:
-            cmd = ["run", str(path), "--plan", r["file"], "--units", str(STANDIN)]
+            cmd = ["run", str(path), "--plan", r["file"], "--units", r["units_file"]]
             cmd += ["--db", str(db), "--stream", str(args.frames)]
             if r["in_flight_arg"] is not None:
                 cmd += ["--in-flight", str(r["in_flight_arg"])]
             got = cli(cmd, log, timeout=900)
-            r["runs"].append(
-                {"error": got["error"]}
-                if "error" in got
-                else {k: got[k] for k in ("throughput_fps", "latency_ms", "utilisation", "check")}
-            )
+            runs[id(r)].append(got if "error" in got else {f: got[f] for f in keep})
         print(f"  round {k + 1} of {args.rounds}", file=sys.stderr, flush=True)
     for r in todo:
-        runs = [x for x in r["runs"] if "error" not in x and x["throughput_fps"]]
-        bad = [x["error"] for x in r["runs"] if "error" in x]
-        r["run_error"] = bad[0] if bad else None
-        if not runs:
+        ok = [x for x in runs[id(r)] if "error" not in x and x["throughput_fps"]]
+        r["run_error"] = next((x["error"] for x in runs[id(r)] if "error" in x), None)
+        if not ok:
             continue
-        fps = [x["throughput_fps"] for x in runs]
-        r["rounds_fps"] = fps
+        r["rounds_fps"] = fps = [x["throughput_fps"] for x in ok]
         r["measured_fps"] = m = statistics.median(fps)
         r["spread"] = (max(fps) - min(fps)) / m
         r["error"] = m / r["predicted_fps"] - 1 if r.get("predicted_fps") else None
-        r["p50_ms"] = statistics.median(x["latency_ms"]["p50"] for x in runs)
-        r["p99_ms"] = statistics.median(x["latency_ms"]["p99"] for x in runs)
-        r["p99_worst_ms"] = max(x["latency_ms"]["p99"] for x in runs)
-        units = sorted({u for x in runs for u in x["utilisation"]})
+        for q in ("p50", "p99"):
+            r[f"{q}_ms"] = statistics.median(x["latency_ms"][q] for x in ok)
+        r["p99_worst_ms"] = max(x["latency_ms"]["p99"] for x in ok)
+        units = sorted({u for x in ok for u in x["utilisation"]})
         r["utilisation"] = {
-            u: statistics.median(x["utilisation"].get(u, 0.0) for x in runs) for u in units
+            u: statistics.median(x["utilisation"].get(u, 0) for x in ok) for u in units
         }
-        r["check_passed"] = all(x["check"]["passed"] for x in runs)
-        del r["runs"]  # kept in rounds_fps and the figures above; the commands are logged
+        r["check_passed"] = all(x["check"]["passed"] for x in ok)
 
 
 def versus(rows: list[dict], what: str) -> dict[str, Any] | None:
     """The throughput plan's measured fps against row ``what``'s: the median ratio and the
-    verdict over rounds (faster / slower in every round, else same)."""
+    verdict over rounds (faster / slower in every round, else same; or the same plan)."""
     by = {r["configuration"]: r for r in rows}
     a, b = by.get(THROUGHPUT, {}), by.get(what, {})
     if not a.get("measured_fps") or not b.get("measured_fps"):
         return None
     per = [x / y for x, y in zip(a["rounds_fps"], b["rounds_fps"], strict=False)]
     verdict = "faster" if min(per) > 1 else ("slower" if max(per) < 1 else "same")
+    if a["plan"] == b["plan"]:  # the planner kept this baseline: one plan, measured twice
+        verdict = "same plan"
     return {"ratio": a["measured_fps"] / b["measured_fps"], "rounds": per, "verdict": verdict}
 
 
@@ -299,10 +258,10 @@ def bench_model(key: str, args, work: Path) -> dict[str, Any] | None:
         rows += got
         print(f"  planned on {name}", file=sys.stderr, flush=True)
     t0, (busy0, ours0) = time.perf_counter(), cpu_seconds()
-    measure([r for r in rows if r["units"] == "stand-in"], path, db, args, log)
+    measure([r for r in rows if not r["predicted_only"]], path, db, args, log)
     wall, (busy1, ours1) = time.perf_counter() - t0, cpu_seconds()
     other = max((busy1 - busy0) - (ours1 - ours0), 0.0) / (max(wall, 1e-9) * (os.cpu_count() or 1))
-    real = [r for r in rows if r["units"] == "stand-in"]
+    real = [r for r in rows if not r["predicted_only"]]
     bounded = next((r for r in real if r["configuration"].startswith(BOUNDED)), None)
     return {
         "model": label,
@@ -312,11 +271,7 @@ def bench_model(key: str, args, work: Path) -> dict[str, Any] | None:
         "vs_latency": versus(real, LATENCY),
         "vs_single": versus(real, SINGLE),
         "vs_data_parallel": versus(real, DATA_PARALLEL),
-        "bounded": None
-        if bounded is None
-        else {
-            k: bounded.get(k) for k in ("bound_ms", "p99_ms", "p99_worst_ms", "error_text")
-        },  # fmt: skip
+        "bounded": bounded and {k: bounded.get(k) for k in BOUND_KEYS},
         "other_cpu_share": other,
         "commands": log,
     }
@@ -339,131 +294,122 @@ def print_table(results: list[dict[str, Any]]) -> None:
                 print(f"{head} | {r.get('na') or 'failed: ' + r['error_text']} |")
                 continue
             parts = f"{r['partitions']}" + (f" x{r['copies']}" if r["copies"] > 1 else "")
-            plan = f" ({r['plan']})" if r["configuration"] == THROUGHPUT else ""
+            plan = f" ({r['plan']})" if r["configuration"].startswith(THROUGHPUT) else ""
             pred = f"{r['predicted_fps']:.1f}" + (" (modeled)" if r["modeled"] else "")
-            flight = "+".join(str(k) for k in r["in_flight"])
-            if r["modeled"] or not r["file"]:
-                meas = "predicted only (modeled)" if r["modeled"] else "not run"
-                print(f"{head}{plan} | {parts} | {flight} | {pred} | {meas} | - | - | - | - | - |")
-                continue
-            if not r.get("measured_fps"):
-                print(
-                    f"{head}{plan} | {parts} | {flight} | {pred} | run failed: {r['run_error']} |"
-                )
-                continue
             if r["configuration"] == LATENCY and not r.get("same_as_baseline", True):
-                pred += " (planner's latency plan differs)"
-            util = ", ".join(f"{u} {v:.0%}" for u, v in r["utilisation"].items())
-            print(
-                f"{head}{plan} | {parts} | {flight} | {pred} | {r['measured_fps']:.1f} "
-                f"| {_pct(r['error'])} | {_pct(r['spread'], False)} | {r['p50_ms']:.3f} / "
-                f"{r['p99_ms']:.3f} | {util} | {'passed' if r['check_passed'] else 'FAILED'} |"
-            )
+                pred += " (the planner's latency plan differs)"
+            flight = "+".join(str(k) for k in r["in_flight"])
+            if r.get("measured_fps"):
+                util = ", ".join(f"{u} {v:.0%}" for u, v in r["utilisation"].items())
+                tail = (
+                    f"{r['measured_fps']:.1f} | {_pct(r['error'])} | {_pct(r['spread'], False)} "
+                    f"| {r['p50_ms']:.3f} / {r['p99_ms']:.3f} | {util} "
+                    f"| {'passed' if r['check_passed'] else 'FAILED'}"
+                )
+            elif r["predicted_only"] or not r["file"]:
+                tail = (
+                    "predicted only (modeled)" if r["predicted_only"] else "not run"
+                ) + " | -" * 5
+            else:
+                tail = f"run failed: {r.get('run_error')}"
+            print(f"{head}{plan} | {parts} | {flight} | {pred} | {tail} |")
 
 
 def goals(results: list[dict[str, Any]]) -> dict[str, Any]:
     real = [r for res in results for r in res["rows"] if r.get("measured_fps")]
     tps = [r for r in real if r["configuration"] == THROUGHPUT and r["error"] is not None]
-    branchy = [res for res in results if res["branchy"] and res["vs_latency"]]
-    singles = [res for res in results if res["vs_single"]]
-    dps = [res for res in results if res["vs_data_parallel"]]
-    bounds = [res for res in results if res["bounded"] and res["bounded"]["p99_worst_ms"]]
+    errs = [abs(r["error"]) for r in real if r["error"] is not None]
+    lat = [res["vs_latency"] for res in results if res["branchy"] and res["vs_latency"]]
+    single = [res["vs_single"] for res in results if res["vs_single"]]
+    dp = [res["vs_data_parallel"] for res in results if res["vs_data_parallel"]]
+    bd = [res["bounded"] for res in results if res["bounded"] and res["bounded"]["p99_worst_ms"]]
     return {
         "throughput_plans": len(tps),
         "throughput_plans_within": sum(abs(r["error"]) <= GOAL_ERROR for r in tps),
-        "measured_rows": len(real),
-        "measured_within": sum(abs(r["error"] or 0) <= GOAL_ERROR for r in real),
-        "median_abs_error": statistics.median(abs(r["error"] or 0) for r in real) if real else None,
-        "branchy_models": len(branchy),
-        "branchy_ratio_met": sum(res["vs_latency"]["ratio"] >= GOAL_RATIO for res in branchy),
-        "single_models": len(singles),
-        "single_not_below": sum(res["vs_single"]["verdict"] != "slower" for res in singles),
-        "data_parallel_models": len(dps),
-        "data_parallel_not_below": sum(
-            res["vs_data_parallel"]["verdict"] != "slower" for res in dps
-        ),  # fmt: skip
-        "bounded_models": len(bounds),
-        "bounded_within": sum(
-            b["bounded"]["p99_worst_ms"] <= b["bounded"]["bound_ms"] for b in bounds
-        ),  # fmt: skip
+        "measured_rows": len(errs),
+        "measured_within": sum(e <= GOAL_ERROR for e in errs),
+        "median_abs_error": statistics.median(errs) if errs else None,
+        "branchy_models": len(lat),
+        "branchy_ratio_met": sum(v["ratio"] >= GOAL_RATIO for v in lat),
+        "single_models": len(single),
+        "single_not_below": sum(v["verdict"] != "slower" for v in single),
+        "data_parallel_models": len(dp),
+        "data_parallel_not_below": sum(v["verdict"] != "slower" for v in dp),
+        "bounded_models": len(bd),
+        "bounded_within": sum(b["p99_worst_ms"] <= b["bound_ms"] for b in bd),
         "checks_failed": [
             f"{r['model']} {r['configuration']}" for r in real if not r["check_passed"]
-        ],  # fmt: skip
+        ],
     }
+
+
+def _each(results: list[dict[str, Any]], key: str, say) -> str:
+    """``say(result, its figure under key)`` for each result that has one, joined."""
+    return "; ".join(say(res, res[key]) for res in results if res[key]) or "none measured"
 
 
 def goal_lines(results: list[dict[str, Any]], g: dict[str, Any]) -> list[str]:
     ok = {True: "met", False: "NOT met"}
+
+    def met(k: str, n: str) -> str:
+        return ok[g[n] > 0 and g[k] == g[n]]
+
+    def ratio(res: dict, v: dict) -> str:
+        return f"{res['model']} {v['ratio']:.2f}x, {v['verdict']}"
+
     err = "; ".join(
         f"{r['model']} {_pct(r['error'])}"
         for res in results
         for r in res["rows"]
         if r["configuration"] == THROUGHPUT and r.get("error") is not None
     )
-    ratios = "; ".join(
-        f"{res['model']}{' (branchy)' if res['branchy'] else ''} {v['ratio']:.2f}x"
-        for res in results
-        for v in [res["vs_latency"]]
-        if v
+    lat = _each(
+        results,
+        "vs_latency",
+        lambda res, v: f"{res['model']}{' (branchy)' * res['branchy']} {v['ratio']:.2f}x",
     )
-    def_ = "; ".join(
-        f"{res['model']}: {v['ratio']:.2f}x, {v['verdict']}"
-        for res in results
-        for v in [res["vs_single"]]
-        if v
+    bd = _each(
+        results,
+        "bounded",
+        lambda res, b: (
+            f"{res['model']} p99 {b['p99_worst_ms']:.3f} ms (median of rounds "
+            f"{b['p99_ms']:.3f}, predicted {b['predicted_p99_ms']:.3f}) vs {b['bound_ms']:.3f} ms"
+            if b.get("p99_worst_ms")
+            else f"{res['model']} not measured ({b.get('error_text') or 'run failed'})"
+        ),
     )
-    dp = "; ".join(
-        f"{res['model']}: {v['ratio']:.2f}x, {v['verdict']}"
-        for res in results
-        for v in [res["vs_data_parallel"]]
-        if v
+    dp = (
+        f"{met('data_parallel_not_below', 'data_parallel_models')}: "
+        f"{g['data_parallel_not_below']} of {g['data_parallel_models']} "
+        f"({_each(results, 'vs_data_parallel', ratio)})"
+        if g["data_parallel_models"]
+        else "n/a (no data-parallel split applies on the stand-in)"
     )
-    bd = "; ".join(
-        f"{res['model']} p99 {b['p99_worst_ms']:.3f} ms (median {b['p99_ms']:.3f}) vs "
-        f"{b['bound_ms']:.3f} ms"
-        if b.get("p99_worst_ms")
-        else f"{res['model']} not measured ({b.get('error_text') or 'run failed'})"
-        for res in results
-        for b in [res["bounded"]]
-        if b
-    )
-    n, k = g["throughput_plans"], g["throughput_plans_within"]
-    lines = [
+    bad = g["checks_failed"]
+    other = "; ".join(f"{res['model']} {_pct(res['other_cpu_share'], False)}" for res in results)
+    return [
         f"Goal, the throughput plan's measured frames/s within 10 % of predicted (stand-in): "
-        f"{ok[n > 0 and k == n]}: {k} of {n} ({err or 'none measured'}). Over every measured "
-        f"row (baselines too): {g['measured_within']} of {g['measured_rows']} within 10 %, "
-        f"median |error| {_pct(g['median_abs_error'], False)}.",
+        f"{met('throughput_plans_within', 'throughput_plans')}: {g['throughput_plans_within']} "
+        f"of {g['throughput_plans']} ({err or 'none measured'}). Every measured row (baselines "
+        f"too): {g['measured_within']} of {g['measured_rows']} within 10 %, median |error| "
+        f"{_pct(g['median_abs_error'], False)}.",
         f"Goal, the throughput plan >= {GOAL_RATIO}x the latency plan run as a stream on the "
-        f"branchy models (stand-in, measured): "
-        f"{ok[g['branchy_models'] > 0 and g['branchy_ratio_met'] == g['branchy_models']]}: "
-        f"holds on {g['branchy_ratio_met']} of {g['branchy_models']} branchy models (ratio per "
-        f"model: {ratios or 'none measured'}).",
-        f"Goal, never below the best single unit (measured; below = slower in every round): "
-        f"{ok[g['single_models'] > 0 and g['single_not_below'] == g['single_models']]}: "
-        f"{g['single_not_below']} of {g['single_models']} ({def_ or 'none measured'}); "
-        f"data-parallel: "
-        + (
-            f"{ok[g['data_parallel_not_below'] == g['data_parallel_models']]}: "
-            f"{g['data_parallel_not_below']} of {g['data_parallel_models']} ({dp})."
-            if g["data_parallel_models"]
-            else "n/a (no data-parallel split applies to the stand-in)."
-        ),
-        f"Goal, under a latency bound ({BOUND_FACTOR}x the latency plan's predicted "
-        f"single-frame latency) the measured p99 within it in every round: "
-        f"{ok[g['bounded_models'] > 0 and g['bounded_within'] == g['bounded_models']]}: "
-        f"{g['bounded_within']} of {g['bounded_models']} ({bd or 'none measured'}).",
-        "Every frame's outputs checked: "
-        + (
-            f"FAILED on {', '.join(g['checks_failed'])}."
-            if g["checks_failed"]
-            else "passed on every measured row."
-        ),
-        "Other work on the machine while streams ran (share of all cores' time, from "
-        "/proc/stat): "
-        + "; ".join(f"{res['model']} {_pct(res['other_cpu_share'], False)}" for res in results)
-        + ".",
+        f"branchy models (stand-in, measured): {met('branchy_ratio_met', 'branchy_models')}: "
+        f"holds on {g['branchy_ratio_met']} of {g['branchy_models']} branchy models (every "
+        f"model: {lat}).",
+        f"Goal, never below the best single unit or a data-parallel split (measured; below: "
+        f"slower in every round): single unit {met('single_not_below', 'single_models')}: "
+        f"{g['single_not_below']} of {g['single_models']} ({_each(results, 'vs_single', ratio)})"
+        f"; data-parallel {dp}.",
+        f"Goal, under a latency bound ({BOUND_FACTOR}x the latency plan's predicted single-frame "
+        f"latency) the measured p99 within it in every round: "
+        f"{met('bounded_within', 'bounded_models')}: {g['bounded_within']} of "
+        f"{g['bounded_models']} ({bd}).",
+        "Every frame's outputs checked against the whole model: "
+        + (f"FAILED on {', '.join(bad)}." if bad else "passed on every measured row."),
+        f"Other work on the machine while streams ran (share of all cores' time, from "
+        f"/proc/stat): {other}.",
     ]
-    return lines
 
 
 def report(results: list[dict[str, Any]], skipped: list[str]) -> None:
@@ -501,16 +447,9 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown model(s) {unknown}; known: {list(MODELS)}")
     work = temp_dir("partuner-stream-bench-")
-    data: dict[str, Any] = {
-        "machine": machine(),
-        "quick": q,
-        "rounds": args.rounds,
-        "frames": args.frames,
-        "size": args.size,
-        "time_limit_s": args.time_limit,
-        "npus": args.npus,
-        "units_files": [str(STANDIN.relative_to(ROOT)), str(MODELED.relative_to(ROOT))],
-    }
+    data = {"machine": machine(), "quick": q, "time_limit_s": args.time_limit}
+    data |= {k: getattr(args, k) for k in ("rounds", "frames", "size", "npus")}
+    data["units_files"] = [str(STANDIN.relative_to(ROOT)), str(MODELED.relative_to(ROOT))]
     results: list[dict[str, Any]] = []
     skipped: list[str] = []
     t_all = time.perf_counter()
@@ -524,16 +463,8 @@ def main() -> None:
         res["wall_s"] = time.perf_counter() - t0
         results.append(res)
         print(f"done {res['model']} in {res['wall_s']:.0f} s", file=sys.stderr, flush=True)
-        path = write_result(
-            "stream",
-            {
-                **data,
-                "skipped": skipped,
-                "results": results,
-                "goals": goals(results),
-                "wall_s": time.perf_counter() - t_all,
-            },
-        )
+        data |= {"skipped": skipped, "results": results, "goals": goals(results)}
+        path = write_result("stream", {**data, "wall_s": time.perf_counter() - t_all})
     report(results, skipped)
     if results:
         print(f"\nwritten to {path}")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from partuner.errors import InfeasiblePlanError
 from partuner.plan import Edge, Link, Partition, Problem, plan_from_assignment, simulate
 from partuner.plan.exact import solver_available
-from partuner.plan.stream import simulate_stream, stream_loads, tune_in_flight
+from partuner.plan.stream import handoff_us, simulate_stream, stream_loads, tune_in_flight
 from partuner.plan.stream_model import fractional_bound, solve_pipeline
 from partuner.plan.stream_plan import (
     data_parallel_units,
@@ -44,7 +44,7 @@ def test_one_frame_in_flight_is_the_latency_simulation(p: Problem) -> None:
     plan = plan_from_assignment(p, {n: p.runnable_units(n)[0] for n in p.nodes})
     if p.shares_hardware:  # turns on shared hardware follow the plan's list order there
         return
-    s = simulate_stream(p, plan.partitions, in_flight=1)
+    s = simulate_stream(p, plan.partitions, in_flight=1, handoff=0.0)
     single = simulate(p, plan.partitions).makespan_us
     assert s.single_us == pytest.approx(single)
     assert s.period_us == pytest.approx(max(single, s.load_bound_us), rel=1e-9, abs=1e-9)
@@ -60,7 +60,8 @@ def test_no_stream_beats_its_busiest_resource(p: Problem, st_k: int) -> None:
     s = simulate_stream(p, plan.partitions, in_flight=st_k)
     loads = stream_loads(p, plan.partitions)
     assert s.period_us >= max(loads.values()) * (1 - 1e-9)
-    assert s.period_us <= s.single_us * (1 + 1e-9) + 1e-9  # overlapping frames never hurt
+    # overlapping frames never hurt: no slower than one frame at a time with its hand-offs
+    assert s.period_us <= (s.single_us + 2 * handoff_us(p)) * (1 + 1e-9) + 1e-9
     assert s.in_flight == st_k
     assert all(0 <= v <= 1 for v in s.utilisation().values())
 
@@ -89,6 +90,17 @@ def test_a_unit_with_two_stages_interleaves_frames() -> None:
     s = simulate_stream(p, parts, in_flight=3)
     assert s.period_us == pytest.approx(8.0)  # the cpu's load, not the 12 µs of a frame
     assert s.single_us == pytest.approx(12.0)
+
+
+def test_one_frame_in_flight_pays_the_hand_offs_more_hide_them() -> None:
+    """The caller takes each frame's outputs and lets the next frame in, a lane picks it up:
+    two hand-offs a frame when frames go one at a time, none on the period with two."""
+    p = _chain([{"a": 100.0}], links={("a", "b"): Link(15.0, math.inf)})
+    whole = [Partition("p0", "a", ("n0",))]
+    one = simulate_stream(p, whole, in_flight=1)
+    assert one.period_us == pytest.approx(130.0) and one.latency_us(50) == pytest.approx(115.0)
+    two = tune_in_flight(p, whole)
+    assert two.in_flight == 2 and two.period_us == pytest.approx(100.0)
 
 
 def test_transfers_delay_frames_but_not_the_period() -> None:

@@ -81,6 +81,28 @@ def _plan(d: Path, **partuner_section: object) -> Path:
     return d / "plan.yaml"
 
 
+def _stream_plan(stream: object) -> Callable[[Path], list[str]]:
+    """``run --stream`` on a plan whose ``partuner.stream`` section is ``stream``."""
+
+    def setup(d: Path) -> list[str]:
+        _tiny(d)
+        _plan(d, stream=stream)
+        return ["run", "m.onnx", "--plan", "plan.yaml", "--stream", "5"]
+
+    return setup
+
+
+def _stream_plan_bound(ms: str) -> Callable[[Path], list[str]]:
+    """``plan --objective throughput --max-latency-ms MS -o plan.yaml`` on the tiny model."""
+
+    def setup(d: Path) -> list[str]:
+        _tiny(d)
+        args = ["plan", "m.onnx", "--objective", "throughput", "--max-latency-ms", ms]
+        return [*args, "--time-limit", "1", "-o", "plan.yaml"]
+
+    return setup
+
+
 def _write(d: Path, name: str, text: str) -> Path:
     (d / name).write_text(text)
     return d / name
@@ -344,6 +366,19 @@ CASES: list[Case] = [
         _args("tune", "zoo:googlenet", "-o", "{d}/out", "--time-limit", "30", "--repeat", "500"),
         code=130,
         interrupt_after=12.0,
+    ),
+    Case(
+        "stream plan with 0 frames in flight",
+        _stream_plan({"in_flight": [0]}),
+    ),
+    Case(
+        "stream plan copying the plan onto a unit no partition runs on",
+        _stream_plan({"in_flight": [1, 1], "copies": [{"gpu9": "cpu0"}]}),
+    ),
+    Case(
+        "stream latency bound no plan can meet",
+        _stream_plan_bound("1e-6"),
+        absent=("plan.yaml",),
     ),
     Case("units file missing", _args("units", "--units", "{d}/nope.yaml")),
     Case(

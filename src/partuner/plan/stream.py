@@ -35,6 +35,7 @@ from partuner.plan.simulate import crossings, partition_cost, simulate
 __all__ = [
     "StreamTiming",
     "default_frames",
+    "handoff_us",
     "lanes_of",
     "simulate_stream",
     "stream_loads",
@@ -124,11 +125,29 @@ def default_frames(n_partitions: int, in_flight: int) -> int:
     return max(8 * in_flight + 16, min(64, 3000 // max(1, n_partitions)))
 
 
+def handoff_us(problem: Problem) -> float:
+    """What handing a frame between the stream's caller and a lane costs (µs): the fastest
+    link of the problem (between units of one host, the measured hand-off from one thread to
+    another; the default link where none is declared or measured)."""
+    lat = [link.latency_us for link in problem.links.values()]
+    return min(lat) if lat else problem.default_link.latency_us
+
+
 def simulate_stream(
-    problem: Problem, partitions: Sequence, *, in_flight: int, frames: int | None = None
+    problem: Problem,
+    partitions: Sequence,
+    *,
+    in_flight: int,
+    frames: int | None = None,
+    handoff: float | None = None,
 ) -> StreamTiming:
     """Predict the steady state of ``partitions`` (in plan order) run on a stream of frames
     with at most ``in_flight`` frames in flight (module docstring: the policy).
+
+    A frame enters :func:`handoff_us` (or ``handoff``) after a frame has left (the caller
+    wakes up to take the outputs and let the next frame in), and its first partitions can
+    start a hand-off after it entered (a lane wakes up to it): with one frame in flight each
+    frame pays both; with more, lanes find the next frame waiting.
 
     ``frames`` frames are simulated (default :func:`default_frames`); the first quarter (at
     least ``in_flight``) fill the pipeline and the last quarter drain it: the period is the
@@ -176,6 +195,7 @@ def simulate_stream(
     events: list[tuple[float, int, int]] = []  # (end, frame, partition)
     now = 0.0
     out_next = 0  # the first frame not yet left (frames leave in order)
+    wake = handoff_us(problem) if handoff is None else max(0.0, handoff)
     for f in range(min(in_flight, n_frames)):
         admit[f] = 0.0
     remaining = n_frames * n_parts
@@ -193,7 +213,7 @@ def simulate_stream(
             p = order[k]
             if waiting[f][p]:
                 continue
-            t = max(ready_at[f][p], admit[f])
+            t = max(ready_at[f][p], admit[f] + (wake if not deps[p] else 0.0))
             if t <= now + 1e-12:
                 return (t, f, p)
             if soonest is None or t < soonest[0]:
@@ -247,7 +267,7 @@ def simulate_stream(
                 out_next += 1
                 k = out_next + in_flight - 1
                 if k < n_frames and admit[k] == math.inf:
-                    admit[k] = leave[out_next - 1]
+                    admit[k] = leave[out_next - 1] + wake
     # the steady state: after the pipeline fills, before it drains (no frame entering behind)
     warm = min(n_frames - 2, max(in_flight, n_frames // 4))
     last = max(warm + 1, n_frames - 1 - max(in_flight, n_frames // 4))
@@ -282,9 +302,11 @@ def tune_in_flight(
     lanes = len(set(lanes_of(problem, [p.unit for p in partitions]).values()))
     load = max(stream_loads(problem, partitions).values(), default=0.0)
     single = simulate(problem, partitions).makespan_us
-    # enough frames to cover a frame's latency at the busiest resource's pace (Little's law)
-    need = math.ceil(single / load) + lanes if load > 0 else 1
-    for k in range(1, max(1, min(up_to, need)) + 1):
+    # enough frames to cover a frame's latency (its hand-offs in and out too) at the busiest
+    # resource's pace (Little's law)
+    frame = single + 2 * handoff_us(problem)
+    need = math.ceil(frame / load) + lanes if load > 0 else 2
+    for k in range(1, max(2, min(up_to, need)) + 1):
         run = simulate_stream(problem, partitions, in_flight=k)
         if max_latency_us is None or run.latency_us(99) <= max_latency_us * (1 + 1e-9):
             runs.append(run)
