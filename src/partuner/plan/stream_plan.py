@@ -368,10 +368,19 @@ def plan_throughput(
         if sol.assignment is not None and overflow(problem, sol.assignment) is None:
             parts = merge_for_stream(problem, _interval_parts(problem, sol.assignment))
             consider("pipeline (cp-sat)", _as_plan(problem, parts, "pipeline", "feasible"))
-    start = _best_single_pipeline(found)
-    if start is not None and not clock.expired(deadline):
+    # the local search from the best pipeline, the latency plan and the CP-SAT plan in turn
+    # (each with an equal share of what is left): the best so far is often a many-partition
+    # pipeline, and a few moves off the latency plan keep its few partitions
+    starts = [_best_single_pipeline(found)]
+    starts += [found.get(k) for k in ("latency plan (auto)", "pipeline (cp-sat)")]
+    starts = list({id(s): s for s in starts if s is not None and not s.copies}.values())
+    if starts and not clock.expired(deadline):
         say("throughput local search")
-        moved = _balance(problem, start.plan.node_unit, clock, deadline)
+    for i, start in enumerate(starts):
+        if clock.expired(deadline):
+            break
+        share = clock.now() + (deadline - clock.now()) / (len(starts) - i)
+        moved = _balance(problem, start.plan.node_unit, clock, share)
         if moved is not None:
             parts = merge_for_stream(problem, _interval_parts(problem, moved))
             consider(f"{start.name} + local", _as_plan(problem, parts, "pipeline", "heuristic"))
@@ -433,7 +442,22 @@ def _balance(
                     runs[-1].append(n)
                 else:
                     runs.append([n])
-        moves = [[n] for run in runs for n in (run[0], run[-1])] + runs
+        # the first and last 1, 2, 4, ... nodes of each run (halving steps towards a balanced
+        # cut), then each node next to another unit's, then whole runs
+        ends = []
+        for run in runs:
+            size = 1
+            while size < len(run):
+                ends += [run[:size], run[-size:]]
+                size *= 2
+        edge = [
+            [n]
+            for n in problem.nodes
+            if cur[n] in hot
+            and any(cur[m] != cur[n] for m in (*problem.preds(n), *problem.succs(n)))
+        ]
+        moves = ends + edge + runs
+        moves = list({tuple(m): m for m in moves}.values())
         for nodes in moves:
             for v in problem.units:
                 if v in hot or any(not math.isfinite(problem.cost[n][v]) for n in nodes):
