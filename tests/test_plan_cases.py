@@ -161,6 +161,7 @@ def problems(draw, max_nodes: int = 8, max_units: int = 4, degenerate: bool = Fa
             if draw(st.booleans()):
                 links[(units[a], units[b])] = Link(draw(latency), draw(bandwidth))
     overhead = {u: draw(st.sampled_from([0.0, 0.0, 3.0])) for u in units}
+    written = {u: draw(st.sampled_from([0.0, 0.0, 1e-3])) for u in units}
     # Some units share hardware: each unit holds one or two of a few cores.
     resources = {}
     if len(units) > 1 and draw(st.booleans()):
@@ -177,6 +178,7 @@ def problems(draw, max_nodes: int = 8, max_units: int = 4, degenerate: bool = Fa
         links=links,
         default_link=Link(draw(latency), draw(bandwidth)),
         call_overhead_us=overhead,
+        boundary_out_us_per_byte={u: r for u, r in written.items() if r},
         modeled=frozenset(u for u in units if draw(st.booleans())),
         name="random",
         resources=resources,

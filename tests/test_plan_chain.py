@@ -63,6 +63,7 @@ def chains(draw, skips: bool = True, groups: bool = True) -> Problem:
         links=links,
         call_overhead_us={u: draw(st.sampled_from([0.0, 1.0, 6.0])) for u in units},
         boundary_us_per_byte={u: draw(st.sampled_from([0.0, 1e-3])) for u in units},
+        boundary_out_us_per_byte={u: draw(st.sampled_from([0.0, 2e-3])) for u in units},
         groups=fused,
         name="chain",
     )

@@ -147,7 +147,9 @@ def test_exact_equals_brute_force_when_cuts_cost_only_transfers(p: Problem) -> N
     from partuner.plan.oracle import brute_force
 
     # No call overhead (and no boundary cost): cut_us == comm_us, the oracle's delays.
-    p = dataclasses.replace(p, call_overhead_us={}, boundary_us_per_byte={})
+    p = dataclasses.replace(
+        p, call_overhead_us={}, boundary_us_per_byte={}, boundary_out_us_per_byte={}
+    )
     s = _exact(tick_us=1e-3).schedule(p, time_limit=5)
     best = brute_force(p)
     assert s.status == "optimal"

@@ -36,6 +36,7 @@ def costly_problems(draw) -> Problem:
         default_link=p.default_link,
         call_overhead_us=p.call_overhead_us,
         boundary_us_per_byte={u: draw(st.sampled_from([0.0, 1e-4, 1e-2])) for u in p.units},
+        boundary_out_us_per_byte={u: draw(st.sampled_from([0.0, 3e-3])) for u in p.units},
         groups=[g for g in groups if all(n in p.nodes for n in g.nodes)],
         name="random",
         resources=p.resources,

@@ -25,6 +25,7 @@ from partuner.plan import (
     scheduler_names,
     simulate,
 )
+from partuner.plan.simulate import crossings, written
 from test_plan_cases import CASES, INF, PROPERTY, make_problem, problems
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -142,8 +143,10 @@ def check_partitions(p: Problem, s: Schedule, parts: list[Partition]) -> None:
         )
     timing = simulate(p, parts)
     free: dict[str, float] = {}
-    for x in parts:
+    out_bytes = written(crossings(p, parts), len(parts))  # what each writes out for the others
+    for i, x in enumerate(parts):
         work = p.call_overhead_us.get(x.unit, 0.0) + sum(p.cost[n][x.unit] for n in x.nodes)
+        work += out_bytes[i] * p.boundary_out_us_per_byte.get(x.unit, 0.0)
         assert (x.start_us, x.end_us) == (timing.start_us[x.name], timing.end_us[x.name])
         assert x.end_us - x.start_us == pytest.approx(work)
         for r in p.resources_of(x.unit):  # units sharing hardware never overlap

@@ -107,6 +107,11 @@ def build_problem(
             for u in unit_names
             if profile.units[u].boundary_us_per_byte > 0
         },
+        boundary_out_us_per_byte={
+            u: profile.units[u].boundary_out_us_per_byte
+            for u in unit_names
+            if profile.units[u].boundary_out_us_per_byte > 0
+        },
         modeled=frozenset(u for u in unit_names if profile.units[u].modeled),
         name=Path(graph.source).name,
         resources={

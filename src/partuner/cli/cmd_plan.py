@@ -286,7 +286,7 @@ def _plan_file(plan: Any, problem: Any, graph: Any, units: Any) -> Any:
 def _explain(problem: Any, plan: Any) -> list[dict[str, Any]]:
     """Per partition: its cost on every unit, the transfers it pays and avoids, and why it sits
     on its unit, as data plus a one-line ``line``."""
-    from partuner.plan.simulate import partition_cost
+    from partuner.plan.simulate import partition_cost, written
 
     parts = plan.partitions
     part_of = {n: i for i, p in enumerate(parts) for n in p.nodes}
@@ -301,8 +301,9 @@ def _explain(problem: Any, plan: Any) -> list[dict[str, Any]]:
         ins = {q: b for (q, r), b in moved.items() if r == i}
         outs = {r: b for (q, r), b in moved.items() if q == i}
         in_bytes = sum(ins.values())
+        out_bytes = written(crossing, len(parts))[i]
         cost = {
-            u: partition_cost(problem, u, p.nodes, in_bytes)
+            u: partition_cost(problem, u, p.nodes, in_bytes, out_bytes)
             if all(math.isfinite(problem.cost[n][u]) for n in p.nodes)
             else math.inf
             for u in problem.units

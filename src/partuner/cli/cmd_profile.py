@@ -363,7 +363,7 @@ def _render(
             "fusion in their node costs already)"
         )
     t = Table(show_edge=False)
-    cols = ("unit", "per partition", "per MB crossing", "whole model", "sum of parts")
+    cols = ("unit", "per partition", "per MB in", "per MB out", "whole model", "sum of parts")
     for c in (*cols, "additivity error", "with groups", "in context", "costs"):
         t.add_column(c, justify="right" if c != "unit" else "left")
     for r in summary:
@@ -373,6 +373,7 @@ def _render(
             r["unit"] + label,
             f"{r['call_overhead_us']:.1f} us",
             f"{r['boundary_us_per_mb']:.1f} us",
+            f"{r['boundary_out_us_per_mb']:.1f} us",
             "-" if r["whole_model_ms"] is None else f"{r['whole_model_ms']:.3f} ms",
             "-" if r["sum_of_parts_ms"] is None else f"{r['sum_of_parts_ms']:.3f} ms",
             _pct(None if r["modeled"] else r["additivity_error"]),

@@ -67,6 +67,7 @@ def unit_summary(profile: Any) -> list[dict[str, Any]]:
                 "noop_call_us": up.call_us,
                 "wake_us": up.wake_us,
                 "boundary_us_per_mb": up.boundary_us_per_byte * 1e6,
+                "boundary_out_us_per_mb": up.boundary_out_us_per_byte * 1e6,
                 "whole_model_ms": None if up.whole_us is None else up.whole_us / 1e3,
                 "sum_of_parts_ms": None if up.parts_us is None else up.parts_us / 1e3,
                 "additivity_error": up.additivity_error,

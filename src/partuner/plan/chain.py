@@ -9,7 +9,8 @@ segment.
 
 :func:`segment_plan` finds, over every segmentation and choice of units, the one minimising
 
-    sum over segments of ( partition_cost(segment, unit, bytes it reads from earlier segments)
+    sum over segments of ( partition_cost(segment, unit, bytes it reads from earlier segments,
+                                          bytes it writes out for later ones)
                            + transfer from the previous segment's unit of the bytes the
                              previous segment's last node hands it )
 
@@ -64,6 +65,22 @@ def _reads(problem: Problem) -> dict[str, list[tuple[Hashable, float, str]]]:
     return {n: [(k, b, s) for k, (b, s) in d.items()] for n, d in out.items()}
 
 
+def _made(
+    reads: dict[str, list[tuple[Hashable, float, str]]], pos: dict[str, int]
+) -> dict[int, list[tuple[float, int]]]:
+    """Per position, the values its node makes for later nodes: ``(bytes, last position
+    reading it)`` (a segment ending before that position writes the value out)."""
+    last: dict[Hashable, tuple[float, int, int]] = {}
+    for v, got in reads.items():
+        for key, b, src in got:
+            _, at, _ = last.get(key, (b, -1, pos[src]))
+            last[key] = (b, max(at, pos[v]), pos[src])
+    out: dict[int, list[tuple[float, int]]] = {}
+    for b, at, src in last.values():
+        out.setdefault(src, []).append((b, at))
+    return out
+
+
 def _inside_savings(
     problem: Problem, pos: dict[str, int]
 ) -> dict[int, list[tuple[int, FusedGroup]]]:
@@ -87,6 +104,7 @@ def segment_plan(problem: Problem) -> SegmentPlan | None:
     units = problem.units
     pos = {v: i for i, v in enumerate(order)}
     reads = _reads(problem)
+    made_for = _made(reads, pos)
     groups = _inside_savings(problem, pos)
     inf = math.inf
     best = [dict.fromkeys(units, inf) for _ in range(n)]
@@ -95,6 +113,8 @@ def segment_plan(problem: Problem) -> SegmentPlan | None:
         for u in units:
             over = problem.call_overhead_us.get(u, 0.0)
             per_byte = problem.boundary_us_per_byte.get(u, 0.0)
+            per_out = problem.boundary_out_us_per_byte.get(u, 0.0)
+            out_bytes = 0.0  # values the segment writes out for nodes after it
             work = 0.0
             ext: set[Hashable] = set()  # values the segment reads from before it
             by_src: dict[int, tuple[float, list[Hashable]]] = {}  # ... per producer position
@@ -119,10 +139,11 @@ def segment_plan(problem: Problem) -> SegmentPlan | None:
                 if made is not None:
                     in_bytes -= made[0]
                     ext.difference_update(made[1])
+                out_bytes += sum(b for b, at in made_for.get(j, ()) if at > i)
                 for last, g in groups.get(j, ()):
                     if last <= i:
                         saving += max(0.0, g.saving(problem, u))
-                seg = over + work + in_bytes * per_byte - saving
+                seg = over + work + in_bytes * per_byte + out_bytes * per_out - saving
                 if j == 0:
                     if seg < top:
                         top, arg = seg, (0, None)
@@ -173,6 +194,7 @@ def segment_plan_whole_handoff(problem: Problem) -> SegmentPlan | None:
     nu = len(units)
     pos = {v: i for i, v in enumerate(order)}
     reads = _reads(problem)
+    made_for = _made(reads, pos)
     groups = _inside_savings(problem, pos)
     inf = math.inf
     # best[j, i, u]: the least latency of nodes 0..i whose last segment is j..i on unit u
@@ -190,7 +212,9 @@ def segment_plan_whole_handoff(problem: Problem) -> SegmentPlan | None:
     finite = np.isfinite(costs)
     over = np.array([problem.call_overhead_us.get(u, 0.0) for u in units])
     per_byte = np.array([problem.boundary_us_per_byte.get(u, 0.0) for u in units])
+    per_out = np.array([problem.boundary_out_us_per_byte.get(u, 0.0) for u in units])
     for i in range(n):
+        out_bytes = 0.0
         ext: set[Hashable] = set()
         by_src: dict[int, float] = {}
         made_keys: dict[int, list[Hashable]] = {}
@@ -214,10 +238,12 @@ def segment_plan_whole_handoff(problem: Problem) -> SegmentPlan | None:
             if j in by_src:  # values v makes are inside the segment now
                 in_bytes -= by_src.pop(j)
                 ext.difference_update(made_keys.pop(j))
+            out_bytes += sum(b for b, at in made_for.get(j, ()) if at > i)
             for last, g in groups.get(j, ()):
                 if last <= i:
                     saving = saving + np.array([max(0.0, g.saving(problem, u)) for u in units])
-            seg = np.where(runs, over + work + in_bytes * per_byte - saving, inf)
+            seg = over + work + in_bytes * per_byte + out_bytes * per_out - saving
+            seg = np.where(runs, seg, inf)
             if j == 0:
                 best[0, i] = seg
                 continue

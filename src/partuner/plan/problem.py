@@ -20,6 +20,9 @@ be infinite; ``"-inf"`` and NaN are never written and are rejected on reading)::
       "boundary_us_per_byte": {"cpu0": 2e-4},
                                            # optional, µs per byte a partition reads from
                                            # other partitions (layout conversion, copies)
+      "boundary_out_us_per_byte": {"npu0": 4e-4},
+                                           # optional, µs per byte a partition writes out
+                                           # for other partitions (conversion, copies)
       "modeled": ["npu0"],                 # optional, units whose costs are computed
       "resources": {"cpu0": ["core0"], "cpu01": ["core0", "core1"]},
                                            # optional: hardware each unit occupies; units
@@ -148,6 +151,7 @@ class Problem(MemoryModel):
     boundary_us_per_byte: dict[str, float] = field(default_factory=dict)
     weight_bytes: dict[str, int] = field(default_factory=dict)
     memory_bytes: dict[str, float] = field(default_factory=dict)
+    boundary_out_us_per_byte: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.modeled = frozenset(self.modeled)
@@ -206,8 +210,9 @@ class Problem(MemoryModel):
     def cut_us(self, src: str, dst: str, u: str, v: str) -> float:
         """What a cross-unit edge really costs once the plan runs as partitions: the transfer,
         plus the new partition ``dst`` must start on ``v`` (its call overhead and the boundary
-        cost of the bytes it reads). 0 when ``u == v``. Schedulers that use this instead of
-        :meth:`comm_us` avoid plans that cut a model into many small, slow partitions;
+        cost of the bytes it reads), and ``src``'s partition writes the bytes out on ``u``. 0
+        when ``u == v``. Schedulers that use this instead of :meth:`comm_us` avoid plans that
+        cut a model into many small, slow partitions;
         schedules they make still satisfy :meth:`Schedule.validate`, which checks ``comm_us``.
         """
         if u == v:
@@ -217,6 +222,7 @@ class Problem(MemoryModel):
             self.link(u, v).transfer_us(nbytes)
             + self.call_overhead_us.get(v, 0.0)
             + nbytes * self.boundary_us_per_byte.get(v, 0.0)
+            + nbytes * self.boundary_out_us_per_byte.get(u, 0.0)
         )
 
     def preds(self, n: str) -> list[str]:
@@ -405,11 +411,12 @@ class Problem(MemoryModel):
                 raise PartunerError(f"call overhead of unit {u!r} must be >= 0, not {t!r}")
         if not self.modeled <= units:
             raise PartunerError(f"modeled names unknown units {sorted(self.modeled - units)}")
-        for u, t in self.boundary_us_per_byte.items():
-            if u not in units:
-                raise PartunerError(f"boundary cost given for unknown unit {u!r}")
-            if not (t >= 0 and math.isfinite(t)):
-                raise PartunerError(f"boundary cost of unit {u!r} must be >= 0, not {t!r}")
+        for table in (self.boundary_us_per_byte, self.boundary_out_us_per_byte):
+            for u, t in table.items():
+                if u not in units:
+                    raise PartunerError(f"boundary cost given for unknown unit {u!r}")
+                if not (t >= 0 and math.isfinite(t)):
+                    raise PartunerError(f"boundary cost of unit {u!r} must be >= 0, not {t!r}")
         for u in self.resources:
             if u not in units:
                 raise PartunerError(f"resources given for unknown unit {u!r}")
@@ -462,6 +469,7 @@ class Problem(MemoryModel):
             ],
             "default_unit": self.default_unit,
             "boundary_us_per_byte": dict(self.boundary_us_per_byte),
+            "boundary_out_us_per_byte": dict(self.boundary_out_us_per_byte),
             "weight_bytes": dict(self.weight_bytes),
             "memory_bytes": {u: _num(b) for u, b in self.memory_bytes.items()},
         }
@@ -520,6 +528,9 @@ class Problem(MemoryModel):
                 default_unit=data.get("default_unit"),
                 boundary_us_per_byte={
                     str(u): _float(t) for u, t in data.get("boundary_us_per_byte", {}).items()
+                },
+                boundary_out_us_per_byte={
+                    str(u): _float(t) for u, t in data.get("boundary_out_us_per_byte", {}).items()
                 },
                 weight_bytes={str(n): _int(w) for n, w in data.get("weight_bytes", {}).items()},
                 memory_bytes={str(u): _float(b) for u, b in data.get("memory_bytes", {}).items()},

@@ -20,7 +20,7 @@ from partuner.plan.problem import Problem
 if TYPE_CHECKING:
     from partuner.plan.partitions import Partition
 
-__all__ = ["Timing", "crossings", "partition_cost", "simulate"]
+__all__ = ["Timing", "crossings", "partition_cost", "simulate", "written"]
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,9 @@ def simulate(problem: Problem, partitions: Sequence[Partition]) -> Timing:
     is free and every input from another partition has arrived: the producer partition's end
     plus the transfer, over the link between their units, of the bytes crossing (each distinct
     value once; nothing between partitions of one unit). It runs for :func:`partition_cost`:
-    its unit's call overhead, the boundary cost of the bytes it reads from other partitions,
-    and its nodes' costs, less the savings of fused groups it runs whole. Units that share
+    its unit's call overhead, the boundary costs of the bytes it reads from other partitions
+    and writes out for them, and its nodes' costs, less the savings of fused groups it runs
+    whole. Units that share
     hardware take turns in list order.
 
     Raises
@@ -54,6 +55,7 @@ def simulate(problem: Problem, partitions: Sequence[Partition]) -> Timing:
         The partitions (with each unit's order) depend on each other cyclically.
     """
     crossing = crossings(problem, partitions)
+    out_bytes = written(crossing, len(partitions))
     after: list[set[int]] = [set() for _ in partitions]  # after[p]: what p waits for
     for q, p in crossing:
         after[p].add(q)
@@ -78,7 +80,8 @@ def simulate(problem: Problem, partitions: Sequence[Partition]) -> Timing:
             ready = max(ready, arrive)
         start[p] = ready
         in_bytes = sum(sum(crossing.get((q, p), {}).values()) for q in after[p])
-        end[p] = ready + partition_cost(problem, unit, partitions[p].nodes, in_bytes)
+        out = partition_cost(problem, unit, partitions[p].nodes, in_bytes, out_bytes[p])
+        end[p] = ready + out
     return Timing(
         start_us={partitions[i].name: start[i] for i in range(len(partitions))},
         end_us={partitions[i].name: end[i] for i in range(len(partitions))},
@@ -100,15 +103,29 @@ def crossings(
     return crossing
 
 
+def written(crossing: dict[tuple[int, int], dict[Hashable, float]], n: int) -> list[float]:
+    """Per partition, the bytes it writes out for other partitions (each value once, however
+    many read it), from :func:`crossings`."""
+    keys: list[dict[Hashable, float]] = [{} for _ in range(n)]
+    for (q, _), vals in crossing.items():
+        keys[q].update(vals)
+    return [sum(k.values()) for k in keys]
+
+
 def partition_cost(
-    problem: Problem, unit: str, nodes: Sequence[str], in_bytes: float = 0.0
+    problem: Problem,
+    unit: str,
+    nodes: Sequence[str],
+    in_bytes: float = 0.0,
+    out_bytes: float = 0.0,
 ) -> float:
-    """Time of one call running ``nodes`` on ``unit``: the call overhead, the boundary cost of
-    the ``in_bytes`` it reads from other partitions, the node costs, less the saving of every
-    fused group whose members run consecutively in it (non-overlapping groups, the largest
-    savings first)."""
+    """Time of one call running ``nodes`` on ``unit``: the call overhead, the boundary costs
+    of the ``in_bytes`` it reads from other partitions and the ``out_bytes`` it writes out for
+    them, the node costs, less the saving of every fused group whose members run consecutively
+    in it (non-overlapping groups, the largest savings first)."""
     work = problem.call_overhead_us.get(unit, 0.0) + sum(problem.cost[n][unit] for n in nodes)
     work += in_bytes * problem.boundary_us_per_byte.get(unit, 0.0)
+    work += out_bytes * problem.boundary_out_us_per_byte.get(unit, 0.0)
     if not problem.groups:
         return work
     pos = {n: i for i, n in enumerate(nodes)}

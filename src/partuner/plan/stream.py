@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from partuner.plan.problem import Problem
-from partuner.plan.simulate import crossings, partition_cost, simulate
+from partuner.plan.simulate import crossings, partition_cost, simulate, written
 
 __all__ = [
     "StreamTiming",
@@ -84,14 +84,15 @@ class StreamTiming:
 
 def stream_loads(problem: Problem, partitions: Sequence) -> dict[str, float]:
     """Per hardware resource, the work one frame puts on it (µs): the cost of every partition
-    whose unit occupies it (call overhead, boundary bytes, nodes, fused savings)."""
+    whose unit occupies it (call overhead, boundary bytes in and out, nodes, fused savings)."""
     crossing = crossings(problem, partitions)
     in_bytes = [0.0] * len(partitions)
     for (_, p), vals in crossing.items():
         in_bytes[p] += sum(vals.values())
+    out_bytes = written(crossing, len(partitions))
     loads: dict[str, float] = {}
     for i, part in enumerate(partitions):
-        cost = partition_cost(problem, part.unit, part.nodes, in_bytes[i])
+        cost = partition_cost(problem, part.unit, part.nodes, in_bytes[i], out_bytes[i])
         for r in problem.resources_of(part.unit):
             loads[r] = loads.get(r, 0.0) + cost
     return loads
@@ -176,7 +177,11 @@ def simulate_stream(
         succs[q].append(p)
         in_bytes[p] += nbytes
         delay[q, p] = problem.transfer_us(parts[q].unit, parts[p].unit, nbytes)
-    cost = [partition_cost(problem, pt.unit, pt.nodes, in_bytes[i]) for i, pt in enumerate(parts)]
+    out_bytes = written(crossing, len(parts))
+    cost = [
+        partition_cost(problem, pt.unit, pt.nodes, in_bytes[i], out_bytes[i])
+        for i, pt in enumerate(parts)
+    ]
     lane_of = lanes_of(problem, [pt.unit for pt in parts])
     lane_parts: dict[int, list[int]] = {}
     for i, pt in enumerate(parts):

@@ -133,6 +133,15 @@ def solve_pipeline(
                 else:
                     m.Add(y >= x[c, u])
             load[u].append((y, cost))
+        # made on u and read elsewhere: u writes it out for another partition
+        for u in problem.runnable_units(src):
+            out = ticks(problem.boundary_out_us_per_byte.get(u, 0.0) * nbytes)
+            if out <= 0:
+                continue
+            z = m.NewBoolVar("")
+            for c in users:
+                m.Add(z >= x[src, u] - (x[c, u] if (c, u) in x else 0))
+            load[u].append((z, out))
     top = sum(sum(c for _, c in terms) for terms in load.values()) + 1
     period = m.NewIntVar(0, top, "period")
     resources: dict[str, list[str]] = {}

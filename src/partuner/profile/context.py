@@ -66,7 +66,7 @@ class ChainFit:
     whole_us: float  # the model as one call
     per_partition_us: float  # each extra partition
     per_byte_us: float  # each byte read across a cut
-    points: tuple[tuple[int, float, float], ...]  # (partitions, bytes, median µs)
+    points: tuple[tuple, ...]  # (partitions, bytes read, median µs[, bytes written])
 
 
 def _chunks(graph: ModelGraph, k: int, rng: np.random.Generator) -> list[PartitionSpec]:
@@ -128,8 +128,14 @@ def chain_cuts(graph: ModelGraph, digest: str) -> list[tuple[str, list[Partition
 
 
 def chain_detail(graph: ModelGraph, parts: list[PartitionModel]) -> str:
-    """What a chain measurement's ``detail`` records: partitions and bytes crossing cuts."""
-    return json.dumps({"partitions": len(parts), "bytes": _cut_bytes(graph, parts)})
+    """What a chain measurement's ``detail`` records: partitions, the bytes chunks read across
+    cuts and the bytes they write out across them (each value once)."""
+    made = {v for p in parts for v in p.outputs}
+    read = {v for p in parts for v in p.inputs if v in made}
+    written = float(sum(graph.values[v].nbytes for v in read))
+    return json.dumps(
+        {"partitions": len(parts), "bytes": _cut_bytes(graph, parts), "out_bytes": written}
+    )
 
 
 def measure_chains(
@@ -161,12 +167,19 @@ def measure_chains(
         if m is None or m.status != OK:
             return []
         info = json.loads(m.detail)
-        points.append((int(info["partitions"]), float(info["bytes"]), m.median_us))
+        read = float(info["bytes"])  # rows of earlier versions: as many written as read
+        points.append(
+            (int(info["partitions"]), read, m.median_us, float(info.get("out_bytes", read)))
+        )
     return points
 
 
-def fit_chain_costs(points: list[tuple[int, float, float]]) -> ChainFit | None:
-    """Fit ``T = T_whole + c (k - 1) + beta * bytes`` with ``c, beta >= 0``.
+def fit_chain_costs(points: list[tuple], out_rate: float = 0.0) -> ChainFit | None:
+    """Fit ``T = T_whole + c (k - 1) + beta * bytes`` with ``c, beta >= 0``, where ``bytes``
+    are what chunks read across the cuts, after taking off ``out_rate`` (µs per byte: what
+    writing a value out for another partition costs, measured apart by
+    :func:`~partuner.profile.outputs.measure_outputs`) times what they write out across them
+    (each point ``(k, bytes read, µs)``, or ``(k, bytes read, µs, bytes written)``).
 
     Examples
     --------
@@ -179,7 +192,8 @@ def fit_chain_costs(points: list[tuple[int, float, float]]) -> ChainFit | None:
         return None
     k = np.array([p[0] - 1 for p in points], dtype=float)
     b = np.array([p[1] for p in points], dtype=float)
-    y = np.array([p[2] for p in points], dtype=float)
+    out = np.array([p[3] if len(p) > 3 else p[1] for p in points], dtype=float)
+    y = np.array([p[2] for p in points], dtype=float) - max(0.0, out_rate) * out
     whole = [p[2] for p in points if p[0] == 1]
     if len(points) < 3:
         return ChainFit(min(whole) if whole else float(y.min()), 0.0, 0.0, tuple(points))

@@ -49,6 +49,7 @@ from partuner.profile.groups import (
 )
 from partuner.profile.layers import LayerMap, layer_row, map_layers, read_layers
 from partuner.profile.measure import overhead_model, random_feeds, time_model
+from partuner.profile.outputs import measure_outputs
 from partuner.profile.regions import RegionCosts, RegionStat, profile_regions
 from partuner.profile.signature import model_digest, node_signature
 from partuner.profile.store import (
@@ -96,6 +97,7 @@ class UnitProfile:
     scale: float = 1.0  # factor applied to node costs so that overhead + nodes == whole
     call_us: float = 0.0  # a no-op call
     boundary_us_per_byte: float = 0.0  # per byte a partition reads from another partition
+    boundary_out_us_per_byte: float = 0.0  # per byte it writes out for another partition
     fused_parts_us: float | None = None  # parts_us less the fused groups' savings (unscaled)
     layer_parts_us: float | None = None  # no-op call + the backend's per-layer kernel times
     layer_mapped: float | None = None  # share of the kernel time mapped to ONNX nodes
@@ -423,9 +425,11 @@ def profile_model(
         parts = call_us + sum(node_raw.values())
         fused = parts - fused_saving(order, mine, node_raw) if math.isfinite(parts) else parts
         whole: float | None = None
-        overhead, per_byte, wake = call_us, 0.0, 0.0
+        overhead, per_byte, wake, per_out = call_us, 0.0, 0.0, 0.0
         if math.isfinite(parts) and calibrate:
-            fit = fit_chain_costs(measure_chains(unit, graph, look, digest, max(budget_s, 0.5)))
+            per_out = measure_outputs(unit, graph, look, digest, max(budget_s, 0.5))
+            points = measure_chains(unit, graph, look, digest, max(budget_s, 0.5))
+            fit = fit_chain_costs(points, per_out)
             if fit is not None:
                 whole = fit.whole_us
                 wake = measure_wake(unit, graph, look, digest, max(budget_s, 0.5))
@@ -441,6 +445,7 @@ def profile_model(
                 per_part = max(overhead, reg.fit.per_partition_us) + wake
                 overhead = min(per_part, reg.fit.whole_us / 2)
                 per_byte = reg.fit.per_byte_us
+                per_out = reg.out_us_per_byte
         tick(f"{names[0]}: the model cut in context")
         lmap: LayerMap | None = None
         layer_wall: float | None = None
@@ -490,6 +495,7 @@ def profile_model(
                 scale,
                 call_us=call_us,
                 boundary_us_per_byte=per_byte,
+                boundary_out_us_per_byte=per_out,
                 fused_parts_us=fused if finite and cands else None,
                 layer_parts_us=None if lmap is None else call_us + lmap.total_us,
                 layer_mapped=None if lmap is None else lmap.mapped_us / max(lmap.total_us, 1e-9),
