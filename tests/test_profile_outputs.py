@@ -8,13 +8,11 @@ import math
 import pytest
 
 from partuner.errors import PartunerError
-from partuner.graph import load_model, zoo
 from partuner.plan import Edge, Partition, Problem, simulate
 from partuner.plan.simulate import crossings, partition_cost, written
 from partuner.profile import ProfileStore
 from partuner.profile.context import fit_chain_costs
-from partuner.profile.outputs import MIN_OUT_BYTES, exported_values, measure_outputs
-from partuner.profile.signature import model_digest
+from partuner.profile.outputs import OUTPUTS_SIGNATURE, measure_outputs, outputs_models
 from partuner.units import load_units
 
 
@@ -53,11 +51,11 @@ def test_a_partition_pays_for_what_it_writes_out_once() -> None:
         bad.validate()
 
 
-def test_writing_out_is_measured_once_and_stored(tmp_path) -> None:
-    g = load_model(zoo.build("branchy", image_size=128))
-    extra = exported_values(g)
-    assert extra and all(len(g.values[v].consumers) >= 2 for v in extra)
-    assert sum(g.values[v].nbytes for v in extra) >= MIN_OUT_BYTES
+def test_writing_out_is_measured_once_per_unit_and_stored(tmp_path) -> None:
+    plain, more, nbytes = outputs_models()
+    assert [o.name for o in plain.graph.output] == ["a3"]
+    assert [o.name for o in more.graph.output] == ["a0", "a1", "a2", "a3"]
+    assert nbytes == 3 * 64 * 56 * 56 * 4
     unit = load_units(None)["cpu0"]
     made = []
     with ProfileStore(tmp_path / "p.db") as store:
@@ -71,12 +69,11 @@ def test_writing_out_is_measured_once_and_stored(tmp_path) -> None:
                 store.put(fp, sig, got)
             return got
 
-        digest = model_digest(g)
-        rate = measure_outputs(unit, g, look, digest, 0.2)
-        again = measure_outputs(unit, g, look, digest, 0.2)
-        row = store.get(fp, f"__outputs__#{digest}")
-    assert made == [f"__outputs__#{digest}"]  # measured once, read back the second time
+        rate = measure_outputs(unit, look, 0.2)
+        again = measure_outputs(unit, look, 0.2)
+        row = store.get(fp, OUTPUTS_SIGNATURE)
+    assert made == [OUTPUTS_SIGNATURE]  # measured once, read back the second time
     assert rate == again >= 0 and math.isfinite(rate)
-    assert json.loads(row.detail)["bytes"] == sum(g.values[v].nbytes for v in extra)
-    small = load_model(zoo.build("branchy", image_size=32))
-    assert measure_outputs(unit, small, look, model_digest(small), 0.2) == 0.0  # too few bytes
+    assert json.loads(row.detail)["bytes"] == nbytes
+    assert rate == row.median_us / nbytes
+    assert measure_outputs(unit, lambda sig, make: None, 0.2) == 0.0  # may not measure: none

@@ -6,7 +6,8 @@ A stream's period is at least its busiest hardware resource's work per frame
 * :func:`solve_pipeline` (CP-SAT, OR-Tools): each node on one unit. With ``plan=False`` a
   relaxation, whose optimum bounds the period of every plan that runs each frame through the
   same partitions: a used unit pays its per-partition cost once, a value read on a unit that
-  did not make it pays that unit's boundary cost once, node costs are rounded down and fused
+  did not make it pays that unit's boundary cost once (and its maker's unit the cost of writing
+  it out once), node costs are rounded down and fused
   groups saved at their most; with ``max_latency_us``, every path of node costs must fit in
   it. With ``plan=True`` a model whose solutions are plans: partitions are the runs of a unit
   in the problem's topological order (intervals of one topological order never depend on each

@@ -223,7 +223,8 @@ def measure_wake(
 ) -> float:
     """What a partition costs more when its unit was idle before it, in µs (0 if unknown).
 
-    The chunks of the 16-chunk cut of :func:`chain_cuts` run one after the other, once back
+    The chunks of the 16-chunk cut of :func:`chain_cuts` (of a model of fewer than 16 nodes,
+    such as a restricted unit's region: its largest cut) run one after the other, once back
     to back and once with :data:`IDLE_S` of sleep before each chunk (only the chunks' own run
     times summed), alternately; the median per-round difference over the chunks is the cost.
     A chain measurement runs back to back, so it misses what a plan's partitions pay after
@@ -232,9 +233,11 @@ def measure_wake(
     this project's VMs, an onnxruntime one less).
     """
     n = len(graph.compute_nodes)
-    if n < WAKE_K:
+    if n < 4:
         return 0.0
-    specs = next(sp for sig, sp in chain_cuts(graph, digest) if sig.endswith(f"#k{WAKE_K}#t0"))
+    # the 16-chunk cut; a model (a restricted unit's region) of fewer nodes: its largest cut
+    k = max(c for c in CHAIN_KS if c <= min(n, WAKE_K))
+    specs = next(sp for sig, sp in chain_cuts(graph, digest) if sig.endswith(f"#k{k}#t0"))
 
     def make() -> Measurement:
         try:
@@ -243,7 +246,7 @@ def measure_wake(
         except Exception as exc:  # a failed row (retried next run), not a crash
             return failure(exc)
 
-    m = lookup(f"__wake__#{digest}#k{WAKE_K}", make)
+    m = lookup(f"__wake__#{digest}#k{k}", make)
     if m is None or m.status != OK or not math.isfinite(m.median_us):
         return 0.0
     return max(m.median_us, 0.0)

@@ -427,7 +427,7 @@ def profile_model(
         whole: float | None = None
         overhead, per_byte, wake, per_out = call_us, 0.0, 0.0, 0.0
         if math.isfinite(parts) and calibrate:
-            per_out = measure_outputs(unit, graph, look, digest, max(budget_s, 0.5))
+            per_out = measure_outputs(unit, look, max(budget_s, 0.5))
             points = measure_chains(unit, graph, look, digest, max(budget_s, 0.5))
             fit = fit_chain_costs(points, per_out)
             if fit is not None:

@@ -260,7 +260,7 @@ def _fit_largest(
         except Exception:  # noqa: BLE001 - without it, cuts cost the no-op call
             return None, 0.0, 0.0
     digest, budget = model_digest(rgraph), max(budget_s, 0.5)
-    out_rate = measure_outputs(unit, rgraph, lambda s, m: look(s, m), digest, budget)
+    out_rate = measure_outputs(unit, lambda s, m: look(s, m), budget)
     points = measure_chains(unit, rgraph, lambda s, m: look(s, m), digest, budget)
     fit = fit_chain_costs(points, out_rate)
     if fit is None:
