@@ -15,8 +15,10 @@ as npu1.. before the cpu), every step a ``partuner`` command in a fresh process:
   planner gives its latency plans, so the same plan) with ``--in-flight K``, K as the planner
   predicted for it; (c) the best single unit (``--scheduler single``, its frames in flight as
   predicted); (d)
-  data-parallel copies where the planner has that baseline; (e) a throughput plan under
-  ``--max-latency-ms`` 1.5x the latency plan's predicted single-frame latency. ``--rounds``
+  data-parallel copies where the planner has that baseline; (e) the stream that ``partuner
+  tune MODEL ... --objective throughput --max-latency-ms B --frames N -o DIR`` keeps (the
+  fastest whose p99 latency measured within B in tune's own run), B 1.5x the latency plan's
+  predicted single-frame latency, measured again here. ``--rounds
   rounds, each running every configuration once, the order rotated each round. Figure:
   the median of the rounds' frames per second; "spread": (max - min) / median over them;
   "error": measured / predicted - 1; latency and utilisation: medians over the rounds.
@@ -62,6 +64,7 @@ BRANCHY |= set(SHARED)
 GOAL_ERROR, GOAL_RATIO, BOUND_FACTOR = 0.10, 1.3, 1.5
 THROUGHPUT, LATENCY, BOUNDED = "throughput plan", "latency plan", "throughput plan, p99 bound"
 SINGLE, DATA_PARALLEL = "best single unit", "data-parallel"
+TUNE_KEYS = ("scheduler", "predicted_fps", "measured_fps", "latency_ms", "in_flight", "note")
 BOUND_KEYS = ("bound_ms", "predicted_p99_ms", "p99_ms", "p99_worst_ms", "error_text")
 
 
@@ -186,12 +189,21 @@ def plan_config(label, path, units, name, db, work, args, log) -> tuple[list, di
             by[what].update(file=None, error_text=plans[key]["error"])
     if LATENCY in base:  # a throughput plan again, each frame's p99 latency bounded
         bound = BOUND_FACTOR * base[LATENCY]["single_frame_ms"]
-        got = plan("bounded", [*tp_args, "--max-latency-ms", f"{bound:.6f}"])
+        out = f"{stem}-bounded"  # tune: the fastest stream whose measured p99 is within it
+        args_ = ["tune", *common, "--objective", "throughput", "--time-limit", str(args.time_limit)]
+        args_ += ["--max-latency-ms", f"{bound:.6f}", "--frames", str(args.frames), "-o", out]
+        got = cli(args_, log)
+        plans["bounded"] = got if "error" in got else {k: got.get(k) for k in TUNE_KEYS}
         what, more = f"{BOUNDED} {bound:.3f} ms", {"bound_ms": bound, **file}
-        if "error" in got:
-            rows.append(row(label, name, what, error_text=got["error"], **more))
+        kept = next(
+            (r["plan"] for r in got.get("rows", []) if r["plan"]["name"] == got.get("scheduler")),
+            None,
+        )
+        if "error" in got or kept is None:
+            text = got.get("error", "tune named no kept stream")
+            rows.append(row(label, name, what, error_text=text, **more))
         else:
-            rows.append(of_plan(label, name, what, got, file=f"{stem}-bounded.yaml", **more))
+            rows.append(of_plan(label, name, what, kept, file=f"{out}/plan.yaml", **more))
     return rows, plans
 
 

@@ -14,7 +14,9 @@ from partuner.plan.exact import solver_available
 from partuner.plan.stream import handoff_us, simulate_stream, stream_loads, tune_in_flight
 from partuner.plan.stream_model import fractional_bound, solve_pipeline
 from partuner.plan.stream_plan import (
+    StreamPlan,
     data_parallel_units,
+    fewer_in_flight,
     merge_for_stream,
     plan_throughput,
 )
@@ -79,6 +81,13 @@ def test_a_two_stage_pipeline_runs_at_its_slower_stage() -> None:
     # a bound below two frames' latency keeps one frame in flight
     assert tune_in_flight(p, parts, max_latency_us=5.5).in_flight == 1
     assert tune_in_flight(p, parts, max_latency_us=4.0) is None
+    # fewer frames in flight: each smaller number, less throughput and less latency
+    plan = plan_from_assignment(p, {"n0": "a", "n1": "b"})
+    sp = StreamPlan("two", plan, (two,))
+    (less,) = fewer_in_flight(p, sp)
+    assert less.name == "two, 1 in flight" and less.in_flight == 1
+    assert less.fps == pytest.approx(one.fps) and less.latency_us(99) == pytest.approx(5.0)
+    assert fewer_in_flight(p, less) == []
 
 
 def test_a_unit_with_two_stages_interleaves_frames() -> None:

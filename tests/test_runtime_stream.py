@@ -181,3 +181,22 @@ def test_copies_share_the_frames_and_keep_their_order(branchy, units_file):
     assert {t.unit for t in st.tasks} == {"cpu0", "cpu1"}
     with pytest.raises(PartunerError, match="in_flight must give each of the 2 copies"):
         stream([a, b], frames, in_flight=[1])
+
+
+def test_stats_after_a_warm_up_are_renumbered_from_the_first_kept_frame() -> None:
+    from partuner.runtime.stream import StreamStats, TaskTrace
+
+    st = StreamStats(
+        enter_s=[0.0, 1.0, 2.0, 3.0],
+        leave_s=[1.5, 2.5, 3.5, 4.5],
+        copy_of=[0, 0, 0, 0],
+        tasks=[TaskTrace(f, 0, "p0", "u", f + 0.1, f + 1.5) for f in range(4)],
+        in_flight=(2,),
+    )
+    kept = st.after(2)
+    assert kept.frames == 2 and kept.in_flight == (2,)
+    assert kept.enter_s == [0.0, 1.0] and kept.leave_s == [1.5, 2.5]
+    assert [t.frame for t in kept.tasks] == [0, 1]
+    assert [t.start_s for t in kept.tasks] == pytest.approx([0.1, 1.1])
+    assert kept.latencies_ms() == pytest.approx([1500.0, 1500.0])
+    assert st.after(0) is st and st.after(9).frames == 0

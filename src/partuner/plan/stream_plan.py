@@ -239,6 +239,19 @@ def stream_plan_of(
     return StreamPlan(name, plan, tuple(timings), tuple(dict(c) for c in copies))
 
 
+def fewer_in_flight(problem: Problem, sp: StreamPlan) -> list[StreamPlan]:
+    """``sp`` (one copy) with each smaller number of frames in flight, most first: less
+    throughput, less waiting per frame (what a latency bound falls back to when the runs
+    measured above it); none for copies or one frame in flight."""
+    if sp.copies or sp.in_flight <= 1:
+        return []
+    out = []
+    for k in range(sp.in_flight - 1, 0, -1):
+        t = simulate_stream(problem, sp.plan.partitions, in_flight=k)
+        out.append(StreamPlan(f"{sp.name}, {k} in flight", sp.plan, (t,)))
+    return out
+
+
 def data_parallel_units(problem: Problem) -> list[str]:
     """The units, sharing no hardware, that run the most frames per second as copies of the
     whole model, each one frame at a time (units that cannot run every node, or hold the

@@ -67,6 +67,27 @@ class StreamStats:
     def frames(self) -> int:
         return len(self.leave_s)
 
+    def after(self, warmup: int) -> StreamStats:
+        """These statistics without the first ``warmup`` frames (a warm-up: the stream's
+        threads start cold), renumbered from 0, times from the first kept frame's entering."""
+        if warmup <= 0:
+            return self
+        if warmup >= self.frames:
+            return StreamStats(in_flight=self.in_flight)
+        t0 = self.enter_s[warmup]
+        tasks = [
+            TaskTrace(t.frame - warmup, t.copy, t.partition, t.unit, t.start_s - t0, t.end_s - t0)
+            for t in self.tasks
+            if t.frame >= warmup
+        ]
+        return StreamStats(
+            [t - t0 for t in self.enter_s[warmup:]],
+            [t - t0 for t in self.leave_s[warmup:]],
+            self.copy_of[warmup:],
+            tasks,
+            self.in_flight,
+        )
+
     def _window(self) -> tuple[int, int]:
         """The steady state's frames: past the pipeline's filling (the frames in flight)."""
         n = self.frames
