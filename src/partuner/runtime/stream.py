@@ -176,6 +176,16 @@ def stream(
     return _Stream(sessions, list(in_flight), names, timeout_s, stats or StreamStats()).run(frames)
 
 
+def _reader_lanes(session: Session) -> list[list[int]]:
+    """Per partition of ``session``, the lanes holding a partition that reads its outputs."""
+    lane_of = {i: k for k, idxs in enumerate(session.lanes) for i in idxs}
+    out: list[set[int]] = [set() for _ in session.partitions]
+    for j, deps in enumerate(session._deps):
+        for i in deps:
+            out[i].add(lane_of[j])
+    return [sorted(x) for x in out]
+
+
 def _check_frame(session: Session, index: int, feeds: object) -> None:
     from partuner.runtime.session import validate_feeds
 
@@ -204,7 +214,18 @@ class _Stream:
         self.timeout_s = timeout_s if timeout_s is not None else sessions[0].timeout_s
         self.stats = stats
         stats.in_flight = tuple(in_flight)
-        self.cond = threading.Condition()
+        # One lock; the caller waits on ``cond``, each lane on its own condition, woken only
+        # when something it may run became ready (a frame entered its copy, a partition it
+        # depends on finished): waking every thread at every partition's end took a core's
+        # time from the units' work on every hand-off.
+        lock = threading.Lock()
+        self.cond = threading.Condition(lock)
+        self.lane_cv = [[threading.Condition(lock) for _ in sess.lanes] for sess in sessions]
+        #: per copy, per partition: the conditions of the lanes running partitions that read it
+        self.wakes = [
+            [[self.lane_cv[c][k] for k in ks] for ks in _reader_lanes(sess)]
+            for c, sess in enumerate(sessions)
+        ]
         self.frames: dict[int, _Frame] = {}  # in flight, or left and not yet yielded
         self.busy = [0] * len(sessions)  # frames in flight per copy
         self.pos: dict[tuple[int, int, int], int] = {}  # (copy, lane, frame) -> next
@@ -238,7 +259,7 @@ class _Stream:
                     got = self._pick(copy, lane, parts)
                     if got is not None:
                         break
-                    self.cond.wait()
+                    self.lane_cv[copy][lane].wait()
                 fr, i = got
                 part = sess.partitions[i]
                 feeds = {v: fr.values[v] for v in part.inputs}
@@ -257,8 +278,7 @@ class _Stream:
                 with self.cond:
                     if self.error is None:
                         self.error = (fr.index, part.name, part.unit, exc)
-                    self.stop = True
-                    self.cond.notify_all()
+                    self._halt()
                 return
             with self.cond:
                 if self.stop:  # the stream ended (an error, a timeout) while this ran
@@ -267,8 +287,7 @@ class _Stream:
                 if missing:
                     why = f"its runner returned no {missing[0]!r}"
                     self.error = (fr.index, part.name, part.unit, RuntimeError(why))
-                    self.stop = True
-                    self.cond.notify_all()
+                    self._halt()
                     return
                 for v in part.outputs:
                     fr.values[v] = outs[v]
@@ -277,10 +296,20 @@ class _Stream:
                 self.stats.tasks.append(
                     TaskTrace(fr.index, copy, part.name, part.unit, t0 - self.t0, t1 - self.t0)
                 )
+                for cv in self.wakes[copy][i]:
+                    cv.notify()
                 if fr.left == 0:
                     self.busy[copy] -= 1
                     self.stats.leave_s[fr.index] = t1 - self.t0
-                self.cond.notify_all()
+                    self.cond.notify_all()  # the caller: a frame left
+
+    def _halt(self) -> None:
+        """Stop the stream and wake every thread (the lock held)."""
+        self.stop = True
+        self.cond.notify_all()
+        for cvs in self.lane_cv:
+            for cv in cvs:
+                cv.notify_all()
 
     # -- caller ----------------------------------------------------------------------------
     def run(self, frames: Iterable[Mapping[str, np.ndarray]]) -> Iterator[list[np.ndarray]]:
@@ -325,7 +354,8 @@ class _Stream:
                         self.stats.copy_of.append(copy)
                         self.frames[entered] = fr
                         self.busy[copy] += 1
-                        self.cond.notify_all()
+                        for cv in self.lane_cv[copy]:  # its first partitions may run now
+                            cv.notify()
                     entered += 1
                 if out_next >= entered and exhausted:
                     return
@@ -333,8 +363,7 @@ class _Stream:
                 out_next += 1
         finally:
             with self.cond:
-                self.stop = True
-                self.cond.notify_all()
+                self._halt()
             for t in threads:
                 t.join(timeout=5.0)
 
@@ -346,8 +375,7 @@ class _Stream:
             while fr.left > 0 and self.error is None:
                 left = deadline - time.perf_counter()
                 if left <= 0:
-                    self.stop = True
-                    self.cond.notify_all()
+                    self._halt()
                     sess = self.sessions[fr.copy]
                     for s in self.sessions:  # a partition may still hold a runner: as `run`
                         s._closed_by_timeout()
