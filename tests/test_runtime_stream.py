@@ -200,3 +200,16 @@ def test_stats_after_a_warm_up_are_renumbered_from_the_first_kept_frame() -> Non
     assert [t.start_s for t in kept.tasks] == pytest.approx([0.1, 1.1])
     assert kept.latencies_ms() == pytest.approx([1500.0, 1500.0])
     assert st.after(0) is st and st.after(9).frames == 0
+
+
+def test_the_p99_upper_bound_is_an_order_statistic_with_95_percent_confidence() -> None:
+    from partuner.runtime.stream import StreamStats, order_rank
+
+    # 1 - 0.99**300 = 0.951: the slowest of 300 frames is above the p99 with 95 % confidence
+    assert order_rank(300, 0.99, 0.95) == 300
+    assert order_rank(200, 0.99, 0.95) == 201  # too few frames: no rank is sure enough
+    assert order_rank(1000, 0.99, 0.95) == 996
+    n = 300
+    st = StreamStats([0.0] * n, [i / 1e3 for i in range(1, n + 1)], [0] * n, [], (1,))
+    assert st.latency_ms(99) == pytest.approx(297.0)
+    assert st.latency_upper_ms(99) == pytest.approx(300.0)

@@ -13,6 +13,8 @@ before them. The policy is the one :func:`partuner.plan.stream.simulate_stream` 
   so a slow consumer holds the producer back (back-pressure);
 * frames of a sequence are checked (names, dtypes, shapes) before any runs; frames of an
   iterator as each enters; the error names the frame;
+* each lane sleeps until something it may run became ready (a frame entered its copy, a
+  partition it reads finished); the caller, until a frame left;
 * a partition that fails stops the stream: the error names the frame, the partition and the
   unit; nothing after it is yielded, nothing is yielded out of order, no thread is left
   waiting; ``timeout_s`` bounds the wait for each frame.
@@ -118,6 +120,17 @@ class StreamStats:
             return math.nan
         return xs[min(len(xs) - 1, max(0, math.ceil(q / 100 * len(xs)) - 1))]
 
+    def latency_upper_ms(self, q: float, confidence: float = 0.95) -> float:
+        """An upper confidence bound on the ``q``-th percentile of a frame's latency, ms: the
+        smallest order statistic that is at least the true percentile with probability
+        ``confidence`` (distribution-free: the frames below the percentile are binomial); the
+        slowest frame where too few frames give that confidence (300 frames: the slowest for
+        the 99th percentile at 95 %)."""
+        xs = sorted(self.latencies_ms())
+        if not xs:
+            return math.nan
+        return xs[min(order_rank(len(xs), q / 100, confidence), len(xs)) - 1]
+
     def utilisation(self) -> dict[str, float]:
         """Per unit, the share of the steady state's time it was busy."""
         if not self.leave_s:
@@ -130,6 +143,27 @@ class StreamStats:
             busy[t.unit] += max(0.0, min(t.end_s, t1) - max(t.start_s, t0))
         span = t1 - t0
         return {u: (v / span if span > 0 else 0.0) for u, v in busy.items()}
+
+
+def order_rank(n: int, p: float, confidence: float) -> int:
+    """The smallest rank ``r`` (1-based) whose order statistic of ``n`` samples is at least
+    the ``p``-quantile with probability ``confidence``: P(Binomial(n, p) <= r - 1) >=
+    ``confidence``; ``n + 1`` when no rank is.
+
+    >>> order_rank(300, 0.99, 0.95), order_rank(1000, 0.99, 0.95), order_rank(100, 0.5, 0.95)
+    (300, 996, 59)
+    """
+    if not 0 < p < 1:
+        return n if p >= 1 else 1
+    lp, lq = math.log(p), math.log1p(-p)
+    total = 0.0
+    for k in range(n + 1):  # P(X = k), summed up: the cdf at k
+        total += math.exp(
+            math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * lp + (n - k) * lq
+        )
+        if total >= confidence:
+            return k + 1
+    return n + 1
 
 
 class _Frame:
