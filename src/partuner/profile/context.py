@@ -34,7 +34,7 @@ import numpy as np
 from partuner.export.cut import PartitionModel, cut
 from partuner.export.planfile import PartitionSpec
 from partuner.graph import ModelGraph
-from partuner.profile.measure import failure, random_feeds, time_call
+from partuner.profile.measure import difference_measurement, failure, random_feeds, time_call
 from partuner.profile.store import OK, Measurement
 from partuner.units import Unit
 
@@ -285,15 +285,5 @@ def _time_wake(
 
 
 def wake_measurement(diffs: list[float], partitions: int) -> Measurement:
-    """The stored row of a wake-up measurement: the per-chunk differences' median, 10th and
-    90th percentiles, each at least 0 (a difference of two noisy times can come out below 0,
-    and a measured time is never negative: the store refuses such a row when read back)."""
-    arr = np.asarray(diffs, dtype=float)
-    return Measurement(
-        max(0.0, float(np.median(arr))),
-        max(0.0, float(np.percentile(arr, 10))),
-        max(0.0, float(np.percentile(arr, 90))),
-        len(diffs),
-        OK,
-        json.dumps({"partitions": partitions, "idle_s": IDLE_S}),
-    )
+    """The stored row of a wake-up measurement (:func:`difference_measurement`)."""
+    return difference_measurement(diffs, {"partitions": partitions, "idle_s": IDLE_S})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import time
@@ -12,10 +13,11 @@ import onnx
 from onnx import TensorProto, helper
 
 from partuner.graph import ModelGraph
-from partuner.profile.store import FAILED, REFUSED, UNSUPPORTED, Measurement
+from partuner.profile.store import FAILED, OK, REFUSED, UNSUPPORTED, Measurement
 from partuner.units import Unit
 
 __all__ = [
+    "difference_measurement",
     "failure",
     "overhead_model",
     "random_feeds",
@@ -145,6 +147,22 @@ def failure(exc: BaseException) -> Measurement:
     if why is not None:
         return Measurement(math.inf, math.inf, math.inf, 0, UNSUPPORTED, f"{REFUSED} {why}")
     return Measurement(math.inf, math.inf, math.inf, 0, FAILED, short_error(exc))
+
+
+def difference_measurement(diffs: list[float], detail: dict[str, object]) -> Measurement:
+    """The stored row of a time measured as differences of two timings (a wake-up, the cost
+    of writing out): their median, 10th and 90th percentiles, each at least 0 (a difference of
+    two noisy times can come out below 0, and the store refuses a negative time read back),
+    ``detail`` as JSON."""
+    arr = np.asarray(diffs, dtype=float)
+    return Measurement(
+        max(0.0, float(np.median(arr))),
+        max(0.0, float(np.percentile(arr, 10))),
+        max(0.0, float(np.percentile(arr, 90))),
+        len(diffs),
+        OK,
+        json.dumps(detail),
+    )
 
 
 def time_model(

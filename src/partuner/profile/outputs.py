@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from partuner.profile.measure import failure
+from partuner.profile.measure import difference_measurement, failure
 from partuner.profile.store import OK, Measurement
 from partuner.units import Unit
 
@@ -84,15 +84,7 @@ def measure_outputs(
             diffs = _time_pairs(unit, plain, more, budget_s)
         except Exception as exc:  # a failed row (retried next run), not a crash
             return failure(exc)
-        arr = np.asarray(diffs, dtype=float)
-        return Measurement(
-            max(0.0, float(np.median(arr))),
-            max(0.0, float(np.percentile(arr, 10))),
-            max(0.0, float(np.percentile(arr, 90))),
-            len(diffs),
-            OK,
-            json.dumps({"bytes": nbytes}),
-        )
+        return difference_measurement(diffs, {"bytes": nbytes})
 
     m = lookup(OUTPUTS_SIGNATURE, make)
     if m is None or m.status != OK:
