@@ -47,7 +47,7 @@ def test_a_partition_pays_for_what_it_writes_out_once() -> None:
     again = Problem.from_json(p.to_json())
     assert again.boundary_out_us_per_byte == {"u": 0.01}
     bad = Problem(["a"], ["u"], {"a": {"u": 1.0}}, boundary_out_us_per_byte={"u": -1.0})
-    with pytest.raises(PartunerError, match="boundary cost of unit 'u' must be >= 0"):
+    with pytest.raises(PartunerError, match="boundary_out_us_per_byte of unit 'u' must be >= 0"):
         bad.validate()
 
 

@@ -411,12 +411,12 @@ class Problem(MemoryModel):
                 raise PartunerError(f"call overhead of unit {u!r} must be >= 0, not {t!r}")
         if not self.modeled <= units:
             raise PartunerError(f"modeled names unknown units {sorted(self.modeled - units)}")
-        for table in (self.boundary_us_per_byte, self.boundary_out_us_per_byte):
-            for u, t in table.items():
+        for key in ("boundary_us_per_byte", "boundary_out_us_per_byte"):
+            for u, t in getattr(self, key).items():
                 if u not in units:
-                    raise PartunerError(f"boundary cost given for unknown unit {u!r}")
+                    raise PartunerError(f"{key} given for unknown unit {u!r}")
                 if not (t >= 0 and math.isfinite(t)):
-                    raise PartunerError(f"boundary cost of unit {u!r} must be >= 0, not {t!r}")
+                    raise PartunerError(f"{key} of unit {u!r} must be >= 0, not {t!r}")
         for u in self.resources:
             if u not in units:
                 raise PartunerError(f"resources given for unknown unit {u!r}")

@@ -425,9 +425,11 @@ def profile_model(
         parts = call_us + sum(node_raw.values())
         fused = parts - fused_saving(order, mine, node_raw) if math.isfinite(parts) else parts
         whole: float | None = None
-        overhead, per_byte, wake, per_out = call_us, 0.0, 0.0, 0.0
+        overhead, per_byte, wake = call_us, 0.0, 0.0
+        # a property of the unit (measured once per fingerprint on a fixed model), whatever
+        # share of this model it runs
+        per_out = measure_outputs(unit, look, max(budget_s, 0.5)) if calibrate else 0.0
         if math.isfinite(parts) and calibrate:
-            per_out = measure_outputs(unit, look, max(budget_s, 0.5))
             points = measure_chains(unit, graph, look, digest, max(budget_s, 0.5))
             fit = fit_chain_costs(points, per_out)
             if fit is not None:
@@ -445,7 +447,6 @@ def profile_model(
                 per_part = max(overhead, reg.fit.per_partition_us) + wake
                 overhead = min(per_part, reg.fit.whole_us / 2)
                 per_byte = reg.fit.per_byte_us
-                per_out = reg.out_us_per_byte
         tick(f"{names[0]}: the model cut in context")
         lmap: LayerMap | None = None
         layer_wall: float | None = None

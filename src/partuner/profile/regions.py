@@ -89,7 +89,6 @@ class RegionCosts:
     base: dict[str, float]  # node -> in-context µs (unscaled), for nodes of timed regions
     fit: ChainFit | None  # the largest timed region cut into chunks
     wake_us: float = 0.0  # what a partition costs more after its unit idled (largest region)
-    out_us_per_byte: float = 0.0  # what writing a value out costs (largest region)
 
     def costs(self, overhead_us: float) -> dict[str, float]:
         """Node costs scaled per region so that ``overhead_us`` + its nodes = its time."""
@@ -220,14 +219,14 @@ def profile_regions(
                     source = "layers"
         base.update(mine)
         stats.append(RegionStat(nodes, row.median_us, parts, source, "", wall))
-    fit, wake, out_rate = _fit_largest(unit, graph, stats, sub, look, budget_s)
+    fit, wake = _fit_largest(unit, graph, stats, sub, look, budget_s)
     big = _largest(graph, stats)
     if fit is not None and big is not None and big.whole_us is not None:
         # the fit timed the largest region whole twice more, apart from its own row: a moment
         # of load on the machine skews the region's every node cost, so the smallest counts
         i = stats.index(big)
         stats[i] = replace(big, whole_us=min(big.whole_us, fit.whole_us))
-    return RegionCosts(tuple(stats), base, fit, wake, out_rate)
+    return RegionCosts(tuple(stats), base, fit, wake)
 
 
 def _largest(graph: ModelGraph, stats: list[RegionStat]) -> RegionStat | None:
@@ -245,24 +244,24 @@ def _fit_largest(
     sub: dict[tuple[str, ...], ModelGraph],
     look: Lookup,
     budget_s: float,
-) -> tuple[ChainFit | None, float, float]:
-    """The cost of cutting, fitted on the largest timed region cut into chunks, what a
-    chunk costs more after its unit idled (:func:`~partuner.profile.context.measure_wake`) and
-    what writing a value out costs per byte (:func:`~partuner.profile.outputs.
-    measure_outputs`)."""
+) -> tuple[ChainFit | None, float]:
+    """The cost of cutting, fitted on the largest timed region cut into chunks (less what
+    writing out costs: :func:`~partuner.profile.outputs.measure_outputs`, stored once per
+    unit), and what a chunk costs more after its unit idled
+    (:func:`~partuner.profile.context.measure_wake`)."""
     big = _largest(graph, stats)
     if big is None or len(big.nodes) < 4:
-        return None, 0.0, 0.0
+        return None, 0.0
     rgraph = sub.get(big.nodes)
     if rgraph is None:
         try:
             rgraph = load_model(cut_nodes(graph, "region", big.nodes, check=False)[0])
         except Exception:  # noqa: BLE001 - without it, cuts cost the no-op call
-            return None, 0.0, 0.0
+            return None, 0.0
     digest, budget = model_digest(rgraph), max(budget_s, 0.5)
     out_rate = measure_outputs(unit, lambda s, m: look(s, m), budget)
     points = measure_chains(unit, rgraph, lambda s, m: look(s, m), digest, budget)
     fit = fit_chain_costs(points, out_rate)
     if fit is None:
-        return None, 0.0, 0.0
-    return fit, measure_wake(unit, rgraph, lambda s, m: look(s, m), digest, budget), out_rate
+        return None, 0.0
+    return fit, measure_wake(unit, rgraph, lambda s, m: look(s, m), digest, budget)
