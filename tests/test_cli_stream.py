@@ -148,3 +148,20 @@ def test_tune_for_throughput(tmp_path, branchy_file, units_file, db):
     assert all(row["measured_fps"] > 0 for row in res["rows"])
     pf = read_plan(out / "plan.yaml")
     assert pf.stream is not None and pf.scheduler == res["scheduler"]
+
+
+def test_a_time_or_latency_that_is_not_finite_is_refused(tmp_path, branchy_file, units_file):
+    out = tmp_path / "out"
+    cases = [
+        ("tune", "--objective", "throughput", "--max-latency-ms", "nan", "-o", out),
+        ("plan", "--objective", "throughput", "--max-latency-ms", "inf"),
+        ("plan", "--time-limit", "inf"),
+        ("tune", "--time-limit", "nan", "-o", out),
+        ("profile", "--budget", "inf"),
+        ("run", "--plan", tmp_path / "p.yaml", "--timeout", "inf"),
+    ]
+    for cmd, *rest in cases:
+        r = _invoke(cmd, branchy_file, "--units", units_file, *rest)
+        assert r.exit_code == 2, (cmd, rest, r.output)
+        assert "is not a finite number" in r.output, r.output
+    assert not out.exists()

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from partuner.cli import main
 from partuner.cli.common import (
+    FiniteRange,
     StageLines,
     check_objective,
     console,
@@ -43,7 +44,7 @@ from partuner.cli.stages import corrections_cli, load_units_cli, profile_cli
 @click.option("--compare", is_flag=True, help="Show every scheduler's predicted latency.")
 @click.option(
     "--time-limit",
-    type=click.FloatRange(min=0),
+    type=FiniteRange(min=0),
     default=None,
     metavar="SECONDS",
     help="Planning time budget (auto, exact). Default: 10 s.",

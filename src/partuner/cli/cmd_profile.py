@@ -13,6 +13,7 @@ from rich.table import Table
 
 from partuner.cli import main
 from partuner.cli.common import (
+    FiniteRange,
     console,
     db_option,
     emit_json,
@@ -36,7 +37,7 @@ from partuner.cli.stages import load_units_cli, unit_summary
 @click.option("--show", is_flag=True, help="List what the profile store holds.")
 @click.option(
     "--budget",
-    type=click.FloatRange(min=0.01),
+    type=FiniteRange(min=0.01),
     default=0.25,
     show_default=True,
     help="Seconds at most per timed item.",

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from partuner.cli import main
 from partuner.cli.common import (
+    FiniteRange,
     console,
     db_option,
     emit_json,
@@ -263,7 +264,7 @@ _common = [
     click.option("--seed", type=int, default=0, show_default=True),
     click.option(
         "--timeout",
-        type=click.FloatRange(min=0.1),
+        type=FiniteRange(min=0.1),
         default=60.0,
         show_default=True,
         help="Seconds at most per run.",

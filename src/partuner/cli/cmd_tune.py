@@ -10,6 +10,7 @@ from rich.table import Table
 
 from partuner.cli import main
 from partuner.cli.common import (
+    FiniteRange,
     StageLines,
     check_objective,
     console,
@@ -52,7 +53,7 @@ from partuner.errors import PartunerError
 @click.option("--skip-unavailable", is_flag=True, help="Plan with the units that are available.")
 @click.option(
     "--time-limit",
-    type=click.FloatRange(min=0),
+    type=FiniteRange(min=0),
     default=10.0,
     show_default=True,
     help="Seconds the planner may take (auto/exact).",

@@ -118,11 +118,22 @@ def db_option(fn: F) -> F:
     )(fn)
 
 
+class FiniteRange(click.FloatRange):
+    """A ``click.FloatRange`` that also refuses ``nan`` and ``inf`` (which pass a range check
+    and then broke a time budget or a latency bound far from the command line)."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return rv
+
+
 def objective_options(fn: F) -> F:
     """``--objective latency|throughput`` and ``--max-latency-ms`` (plan, tune)."""
     fn = click.option(
         "--max-latency-ms",
-        type=click.FloatRange(min=0, min_open=True),
+        type=FiniteRange(min=0, min_open=True),
         default=None,
         metavar="MS",
         help="With --objective throughput: each frame's p99 latency at most this.",
