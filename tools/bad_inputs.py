@@ -380,6 +380,11 @@ CASES: list[Case] = [
         _stream_plan_bound("1e-6"),
         absent=("plan.yaml",),
     ),
+    Case(
+        "stream latency bound that is not a number",
+        _stream_plan_bound("nan"),
+        absent=("plan.yaml",),
+    ),
     Case("units file missing", _args("units", "--units", "{d}/nope.yaml")),
     Case(
         "units file with an unknown backend",
@@ -430,6 +435,7 @@ def run_case(case: Case) -> dict[str, object]:
         problems += [f"temporary {p.name} left" for p in d.glob(".*") if p.name != ".."]
         problems += [f"{p} changed" for p, b in before.items() if (d / p).read_bytes() != b]
         answer = next((ln for ln in err if ln.startswith("partuner: error:")), None)
+        answer = answer or next((ln for ln in err if ln.startswith("Error:")), None)  # click
         answer = answer or next((ln for ln in err if "WARNING" in ln or "warning" in ln), None)
         answer = answer or (err[0] if err else "(nothing on stderr)")
         shown = " ".join("partuner" if i == 0 else a for i, a in enumerate(["partuner", *args]))
