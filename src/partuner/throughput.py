@@ -326,8 +326,7 @@ def _p99_us(run: StreamRun) -> float:
 
 def _p99_sure_us(run: StreamRun) -> float:
     """The measured p99's 95 % upper confidence bound (a p99 of a few hundred frames moves
-    from run to run; a stream kept by its upper bound stays within the bound on the next run
-    with 95 % confidence)."""
+    from run to run; the stream's true p99 is below its upper bound with 95 % confidence)."""
     return run.stats.latency_upper_ms(99) * 1e3
 
 
