@@ -6,7 +6,7 @@ cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".[test,openvino,solver]"
+.venv/bin/python -m pip install --quiet -e ".[test,openvino,solver,ray]"
 .venv/bin/ruff check src tests benchmarks tools
 .venv/bin/python tools/sz.py
 .venv/bin/python -m pytest "$@"

@@ -149,7 +149,7 @@ UNITS_OK = "units:\n  cpu0: {backend: onnxruntime}\n  npu: {backend: modeled, gf
         ("units: [cpu0]\n", "'units' must map unit names"),
         (
             "units:\n  cpu0: {backend: onnxruntime}\nunit: {}\n",
-            r"unknown top-level key 'unit'; allowed: \['units', 'links'\]",
+            r"unknown top-level key 'unit'; allowed: \['units', 'links', 'ray'\]",
         ),
         ("units:\n  cpu0: onnxruntime\n", "unit 'cpu0' must be a mapping like"),
         ("units:\n  cpu0:\n", "unit 'cpu0' must be a mapping like"),

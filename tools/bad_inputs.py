@@ -16,6 +16,7 @@ import gzip
 import os
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -307,6 +308,17 @@ def _missing_cores(d: Path) -> list[str]:
     return ["units", "--units", str(units)]
 
 
+def _ray_unreachable(d: Path) -> list[str]:
+    _tiny(d)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    unit = {"backend": "onnxruntime", "ray": {"resources": {"board-a": 1}}}
+    doc = {"ray": {"address": f"127.0.0.1:{port}"}, "units": {"npu0": unit}}
+    _write(d, "fleet.yaml", yaml.safe_dump(doc))
+    return ["profile", str(d / "m.onnx"), "--units", str(d / "fleet.yaml"), "--db", str(d / "p.db")]
+
+
 def _partitions_link(d: Path) -> list[str]:
     args = _partition_named("p0")(d)
     (d / "o").mkdir()
@@ -361,6 +373,17 @@ CASES: list[Case] = [
     ),
     Case("remote unit with no imported measurements for the model", _remote_without_rows),
     Case("unit declaring cores this machine lacks (a warning)", _missing_cores, code=0),
+    Case("Ray cluster address nobody answers", _ray_unreachable, absent=("p.db",)),
+    Case(
+        "Ray placement without resources",
+        _with(
+            "u.yaml",
+            "units: {npu0: {backend: onnxruntime, ray: {resources: {}}}}\n",
+            "units",
+            "--units",
+            "{d}/u.yaml",
+        ),
+    ),
     Case(
         "Ctrl-C while `tune` profiles, plans and runs",
         _args("tune", "zoo:googlenet", "-o", "{d}/out", "--time-limit", "30", "--repeat", "500"),

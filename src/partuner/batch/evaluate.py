@@ -170,6 +170,7 @@ def evaluate_batch(
     hybrid: bool = False,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    retry: bool = False,
 ) -> BatchResult:
     """Profile ``model`` on ``units`` up to ``batch``, split it (exact, greedy, even), run each
     split and each unit alone on the same inputs, and check the merged outputs.
@@ -178,7 +179,10 @@ def evaluate_batch(
     ------
     BatchError : ``batch`` < 1, no unit can take an item, the units cannot take ``batch`` items.
     BatchDimensionError : (from :class:`BatchModel`) the batch dimension cannot change.
-    UnitUnavailableError : a unit cannot run here.
+    UnitUnavailableError : a unit cannot run here, or (without ``retry``) was lost meanwhile
+        (a Ray node: :class:`~partuner.units.ray_unit.RayNodeLost` names it). With ``retry``,
+        a unit lost during the runs has its share re-run on the fastest unit left (outputs in
+        input order, checked as always), is left out of the rest, and a note says so.
     """
     say = progress or (lambda _msg: None)
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
@@ -231,22 +235,40 @@ def evaluate_batch(
     distinct = {m: first_of[tuple(sorted(sp.sizes.items()))] for m, sp in splits.items()}
     split_rounds: dict[str, list[SplitRun]] = {m: [] for m in splits if distinct[m] == m}
     alone_rounds: list[dict[str, dict[str, object]]] = []
+    lost: set[str] | None = set() if retry else None
     with RunnerCache(model, units) as runners:
         for r, n in enumerate(per_round):
             for method in split_rounds:
                 if r == 0:
                     say(f"running the {method} split {_fmt_sizes(splits[method])}")
                 run, _ = run_split(
-                    model, units, splits[method], feeds, repeat=n, runners=runners, ref=ref
+                    model,
+                    units,
+                    splits[method],
+                    feeds,
+                    repeat=n,
+                    runners=runners,
+                    ref=ref,
+                    lost=lost,
                 )
                 split_rounds[method].append(run)
             if r == 0:
                 say("running each unit alone on the whole batch")
             alone_rounds.append(
-                unit_throughput(model, units, curves, feeds, repeat=n, runners=runners)
+                unit_throughput(model, units, curves, feeds, repeat=n, runners=runners, lost=lost)
             )
     runs = {m: replace(_merge(split_rounds[distinct[m]]), split=splits[m]) for m in splits}
-    alone = _merge_alone(alone_rounds)
+    for unit in sorted(lost or ()):
+        took = sorted(
+            {r.retried[unit] for rs in split_rounds.values() for r in rs if unit in r.retried}
+        )
+        notes.append(
+            f"unit {unit!r} was lost during the runs; its share was re-run on "
+            f"{', '.join(took) or 'the others'} (--retry), and it was left out after that"
+        )
+    alone = _merge_alone(
+        [{u: a for u, a in r.items() if u not in (lost or ())} for r in alone_rounds]
+    )
     sets = conflict_free_sets(list(alone), conflicts)
     limit_units = max(sets, key=lambda s: sum(float(alone[u]["throughput"]) for u in s))
     hyb = None
@@ -260,6 +282,7 @@ def _merge(rounds: list[SplitRun]) -> SplitRun:
     """One run of several rounds: the median of the rounds' medians, the widest spread."""
     if len(rounds) == 1:
         return rounds[0]
+    retried = {u: v for r in rounds for u, v in r.retried.items()}
     stats = [r.stats for r in rounds]
     units = {u for s in stats for u in s.unit_us}
     merged = RunStats(
@@ -271,13 +294,15 @@ def _merge(rounds: list[SplitRun]) -> SplitRun:
     )
     checks = [r.check for r in rounds]
     check = next((c for c in checks if not c.passed), checks[-1])
-    return replace(rounds[-1], stats=merged, check=check)
+    return replace(rounds[-1], stats=merged, check=check, retried=retried)
 
 
 def _merge_alone(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Each unit alone over several rounds: the median of the rounds' medians."""
     out = {}
     for unit, first in rounds[0].items():
+        if not all(unit in r for r in rounds):
+            continue
         ms = statistics.median(float(r[unit]["median_ms"]) for r in rounds)
         out[unit] = {**first, "median_ms": ms, "throughput": int(first["batch"]) / (ms / 1e3)}
     return out

@@ -21,6 +21,7 @@ import numpy as np
 
 from partuner.batch.model import BatchError, BatchModel
 from partuner.batch.split import Split, conflicts_from_cores
+from partuner.errors import UnitUnavailableError
 from partuner.profile.measure import random_feeds
 from partuner.runtime import CheckResult, check_outputs
 from partuner.units import Runner, UnitSet
@@ -133,6 +134,7 @@ class SplitRun:
     stats: RunStats
     check: CheckResult
     modeled: bool
+    retried: dict[str, str] = field(default_factory=dict)  # lost unit -> unit that ran its share
 
     @property
     def throughput(self) -> float:
@@ -148,6 +150,7 @@ class SplitRun:
             "check": self.check.to_dict(),
             "modeled": self.modeled,
             "timing": "emulated on the host" if self.modeled else "measured",
+            "retried": dict(self.retried),
         }
 
 
@@ -161,11 +164,17 @@ def run_split(
     warmup: int = 2,
     runners: RunnerCache | None = None,
     ref: Mapping[str, np.ndarray] | None = None,
+    lost: set[str] | None = None,
 ) -> tuple[SplitRun, dict[str, np.ndarray]]:
     """Run ``split`` on ``feeds`` (the whole batch) ``warmup + repeat`` times, concurrently.
 
     Returns the run (measured time, check against ``ref`` or :func:`reference`) and the merged
     outputs of the last run.
+
+    A unit that fails as unavailable (a Ray node lost mid-batch) fails the call, naming it;
+    with ``lost`` (a set, shared between calls) it is added there and its share re-runs on
+    the unit left that was fastest per item in that run, outputs still in input order
+    (``SplitRun.retried``: lost unit -> the unit that took its share).
 
     Raises
     ------
@@ -185,23 +194,53 @@ def run_split(
     jobs = []
     for unit, start, stop in split.slices():
         part = {k: v[start:stop] for k, v in feeds.items()}
-        jobs.append((unit, own.get(unit, stop - start), part))
+        jobs.append((unit, start, stop, part))
     outputs = model.outputs
     unit_s: dict[str, list[float]] = {u: [] for u in active}
     samples: list[float] = []
     merged: dict[str, np.ndarray] = {}
+    retried: dict[str, str] = {}
 
-    def work(runner: Runner, part: dict[str, np.ndarray]) -> tuple[dict, float]:
+    def work(unit: str, part: dict[str, np.ndarray]) -> tuple[dict, float]:
         t0 = time.perf_counter()
-        out = runner.run(part)
+        out = own.get(unit, len(next(iter(part.values())))).run(part)
         return out, time.perf_counter() - t0
 
     try:
         with ThreadPoolExecutor(max_workers=max(len(jobs) - 1, 1)) as pool:
             for i in range(warmup + repeat):
                 t0 = time.perf_counter()
-                futs = [pool.submit(work, r, p) for _, r, p in jobs[1:]]
-                results = [work(jobs[0][1], jobs[0][2])] + [f.result() for f in futs]
+                live = [j for j in jobs if lost is None or j[0] not in lost]
+                futs = [pool.submit(work, u, p) for u, _, _, p in live[1:]]
+                got: dict[str, tuple[dict, float] | BaseException] = {}
+                for (u, _, _, p), f in zip(live, [None, *futs], strict=True):
+                    try:
+                        got[u] = work(u, p) if f is None else f.result()
+                    except UnitUnavailableError as exc:  # a lost node (RayNodeLost) or unit
+                        if lost is None:
+                            raise BatchError(
+                                f"unit {u!r} failed during the batch: {exc}; pass --retry to "
+                                "re-run its share on the other units"
+                            ) from None
+                        lost.add(u)
+                        got[u] = exc
+                for u, start, stop, p in jobs:  # shares of lost units, on the fastest left
+                    if isinstance(got.get(u), tuple):
+                        continue
+                    ok = {v: r for v, r in got.items() if isinstance(r, tuple)}
+                    if not ok:
+                        raise BatchError(
+                            f"every unit of the split was lost ({', '.join(sorted(lost or ()))});"
+                            " nothing left to run the batch on"
+                        )
+                    other = min(ok, key=lambda v: ok[v][1] / max(_items(ok[v][0]), 1))
+                    if u not in retried:
+                        log.warning(
+                            "unit %s was lost; its %d items run on %s", u, stop - start, other
+                        )
+                    retried[u] = other
+                    got[u] = work(other, p)
+                results = [got[u] for u, _, _, _ in jobs]
                 if len(results) == 1:
                     merged = dict(results[0][0])
                 else:
@@ -211,7 +250,7 @@ def run_split(
                 wall = time.perf_counter() - t0
                 if i >= warmup:
                     samples.append(wall)
-                    for (unit, _, _), (_, t) in zip(jobs, results, strict=True):
+                    for (unit, _, _, _), (_, t) in zip(jobs, results, strict=True):
                         unit_s[unit].append(t)
     finally:
         if runners is None:
@@ -220,7 +259,12 @@ def run_split(
         ref = reference(model, feeds)
     check = check_outputs(ref, merged, [units[u].precision for u in active])
     modeled = any(units[u].modeled for u in active)
-    return SplitRun(split, RunStats.of(samples, unit_s), check, modeled), merged
+    return SplitRun(split, RunStats.of(samples, unit_s), check, modeled, retried), merged
+
+
+def _items(outputs: Mapping[str, np.ndarray]) -> int:
+    first = next(iter(outputs.values()), None)
+    return 0 if first is None or first.ndim == 0 else int(first.shape[0])
 
 
 def unit_throughput(
@@ -231,8 +275,10 @@ def unit_throughput(
     *,
     repeat: int = 10,
     runners: RunnerCache | None = None,
+    lost: set[str] | None = None,
 ) -> dict[str, dict[str, object]]:
-    """Each unit alone on the whole batch (or on as many items as it takes), measured now.
+    """Each unit alone on the whole batch (or on as many items as it takes), measured now;
+    with ``lost``, units in it are left out and a unit found lost is added to it.
 
     Returns per unit ``{"batch", "median_ms", "throughput" (items/s), "modeled"}``; a modeled
     unit's figure comes from its curve. Units without a curve (they failed at batch 1) are left
@@ -244,12 +290,20 @@ def unit_throughput(
     try:
         for name, curve in curves.items():
             b = min(batch, curve.max_batch)  # type: ignore[attr-defined]
+            if lost is not None and name in lost:
+                continue
             if units[name].modeled:
                 us = curve(b)  # type: ignore[operator]
             else:
-                runner = own.get(name, b)
                 part = {k: v[:b] for k, v in feeds.items()}
-                us = time_fixed(lambda r=runner, p=part: r.run(p), repeat).median_us
+                try:
+                    runner = own.get(name, b)
+                    us = time_fixed(lambda r=runner, p=part: r.run(p), repeat).median_us
+                except UnitUnavailableError:
+                    if lost is None:
+                        raise
+                    lost.add(name)
+                    continue
             out[name] = {
                 "batch": b,
                 "median_ms": us / 1e3,

@@ -47,6 +47,12 @@ TABLE_BATCH = 64
     is_flag=True,
     help="Also run the operator-level plan over all units on the whole batch, as a candidate.",
 )
+@click.option(
+    "--retry",
+    is_flag=True,
+    help="If a unit is lost during the runs (a Ray node gone), re-run its share on the "
+    "fastest unit left instead of failing.",
+)
 @json_option
 @quiet_option
 @handle_errors
@@ -59,6 +65,7 @@ def batch_cmd(
     repeat: int,
     table: bool,
     hybrid: bool,
+    retry: bool,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -93,7 +100,9 @@ def batch_cmd(
                 _print_table(prof)
             return
         assert batch is not None
-        r = evaluate_batch(bm, us, batch, store=store, repeat=repeat, hybrid=hybrid, progress=say)
+        r = evaluate_batch(
+            bm, us, batch, store=store, repeat=repeat, hybrid=hybrid, progress=say, retry=retry
+        )
     _warn(r.notes, quiet)
     result = r.to_dict()
     if as_json:

@@ -369,7 +369,10 @@ def _render(
         t.add_column(c, justify="right" if c != "unit" else "left")
     for r in summary:
         label = " (modeled)" if r["modeled"] else ""
-        label += " (remote)" if r["unit"] in prof.remote else ""
+        if r["ray_call_us"]:  # profiled on its Ray node; a call from here through Ray
+            label += f" (Ray node; {r['ray_call_us']:.0f} us a call)"
+        elif r["unit"] in prof.remote:
+            label += " (remote)"
         t.add_row(
             r["unit"] + label,
             f"{r['call_overhead_us']:.1f} us",

@@ -49,6 +49,19 @@ def _remote_sources(us: Any, db: str | None) -> dict[str, str]:
     return out
 
 
+def _cluster(us: Any) -> dict[str, Any] | None:
+    """The units file's Ray cluster: reachable or why not, and its live nodes."""
+    if us.ray is None:
+        return None
+    from partuner.errors import UnitUnavailableError
+
+    try:
+        nodes = us.ray.nodes()
+    except UnitUnavailableError as exc:
+        return {"address": us.ray.address, "reachable": False, "reason": str(exc), "nodes": []}
+    return {"address": us.ray.address, "reachable": True, "reason": "", "nodes": nodes}
+
+
 @main.command("units")
 @units_option
 @db_option
@@ -74,6 +87,7 @@ def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
                 "available": ok,
                 "reason": why,
                 "options": unit.describe(),
+                "ray_node": unit.node() if hasattr(unit, "placement") else None,
             }
         )
     links = []
@@ -90,8 +104,12 @@ def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
                     "declared": frozenset((a, b)) in us.declared_links,
                 }
             )
+    cluster = _cluster(us)
     if as_json:
-        emit_json({"source": str(us.source), "units": rows, "links": links})
+        out = {"source": str(us.source), "units": rows, "links": links}
+        if cluster is not None:
+            out["ray"] = cluster
+        emit_json(out)
         return
     t = Table(title=f"units ({us.source})", show_edge=False)
     for col in ("unit", "backend", "precision", "available", "note"):
@@ -102,6 +120,8 @@ def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
             if not r["available"]
             else ("modeled: times are computed" if r["modeled"] else "")
         )
+        if r["available"] and r["ray_node"]:
+            note = f"on Ray node {r['ray_node']}"
         t.add_row(
             r["name"],
             r["backend"],
@@ -110,6 +130,18 @@ def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
             note,
         )
     console.print(t)
+    if cluster is not None:
+        if cluster["reachable"]:
+            console.print(
+                f"  Ray cluster {cluster['address']}: reachable, {len(cluster['nodes'])} node(s)"
+            )
+            for n in cluster["nodes"]:
+                res = ", ".join(f"{k}: {v:g}" for k, v in sorted(n["resources"].items()))
+                console.print(f"    node {n['id'][:8]} ({n['ip']}): {res or 'no custom resources'}")
+        else:
+            console.print(
+                f"  Ray cluster {cluster['address']}: [red]unreachable[/red]: {cluster['reason']}"
+            )
     for link in links:
         how = "declared" if link["declared"] else "default (measured at profile time for "
         how += "" if link["declared"] else "units sharing host memory)"

@@ -66,6 +66,7 @@ def unit_summary(profile: Any) -> list[dict[str, Any]]:
                 "call_overhead_us": up.overhead_us,
                 "noop_call_us": up.call_us,
                 "wake_us": up.wake_us,
+                "ray_call_us": up.ray_call_us,
                 "boundary_us_per_mb": up.boundary_us_per_byte * 1e6,
                 "boundary_out_us_per_mb": up.boundary_out_us_per_byte * 1e6,
                 "whole_model_ms": None if up.whole_us is None else up.whole_us / 1e3,

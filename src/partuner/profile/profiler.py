@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import logging
 import math
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -41,6 +43,7 @@ from partuner.errors import ProfileError, UnitUnavailableError
 from partuner.export.cut import cut_nodes
 from partuner.graph import ModelGraph
 from partuner.profile.context import fit_chain_costs, measure_chains, measure_wake
+from partuner.profile.fleet import add_transport, fleet_links, profile_on_nodes, transport_costs
 from partuner.profile.groups import (
     candidate_groups,
     differs_beyond_noise,
@@ -64,6 +67,7 @@ from partuner.profile.store import (
 )
 from partuner.profile.transfer import LINK_SIZES, LinkFit, profile_links
 from partuner.units import Link, Unit, UnitSet
+from partuner.units.ray_unit import RayUnit
 
 __all__ = [
     "OVERHEAD_SIG",
@@ -104,6 +108,7 @@ class UnitProfile:
     regions: tuple[RegionStat, ...] = ()  # a unit that cannot run the whole model: its regions
     wake_us: float = 0.0  # in overhead_us: a partition started after its unit was idle
     layer_wall_us: float | None = None  # the per-layer profile's own runs, their median time
+    ray_call_us: float = 0.0  # in overhead_us: a call through Ray (a unit on a Ray node)
 
     @property
     def additivity_error(self) -> float | None:
@@ -303,6 +308,13 @@ def profile_model(
     active, skipped = _resolve_units(units, remote, skip_unavailable)
     nodes = graph.compute_nodes
     _drop_idle_units(graph, active, skipped)
+    fleet = {n: u for n, u in active.items() if isinstance(u, RayUnit) and n not in remote}
+    if fleet:  # profiled on their nodes first, then read from the store like remote units
+        if store is None:
+            store = ProfileStore(Path(tempfile.mkdtemp(prefix="partuner-")) / "fleet.db")
+        settings = {"budget_s": budget_s, "calibrate": calibrate, "layers": layers}
+        settings.update(fuse=[list(f) for f in fuse or ()], fuse_auto=fuse_auto)
+        remote.update(profile_on_nodes(graph, fleet, store, settings, log.info))
     order = [n.name for n in nodes]
     sig_of = {n.name: node_signature(graph, n) for n in nodes}
     rep: dict[str, str] = {}  # signature -> first node with it
@@ -514,6 +526,10 @@ def profile_model(
         if unit.modeled:
             uprof[name] = _modeled(graph, unit, costs)
     fps.update({n: u.fingerprint() for n, u in active.items() if u.modeled})
+    for name, unit in active.items():
+        if isinstance(unit, RayUnit):
+            uprof[name] = add_transport(uprof[name], transport_costs(unit, store))
+    fleet_links(list(active), units, fps, store, link_sizes)
     local_names = {n for n in active if n not in remote}
     call = {n: uprof[n].call_us for n in active}
     lp = profile_links(

@@ -317,6 +317,23 @@ class ProfileStore:
                 ),
             )
 
+    def rows(self, fingerprint: str) -> list[tuple[str, Measurement]]:
+        """Every row of one unit fingerprint, as ``(signature, measurement)``."""
+        with self._guard():
+            sigs = [
+                r[0]
+                for r in self._db.execute(
+                    "SELECT signature FROM measurements WHERE fingerprint=? ORDER BY signature",
+                    (fingerprint,),
+                ).fetchall()
+            ]
+        out = []
+        for sig in sigs:
+            m = self.get(fingerprint, sig)
+            if m is not None:
+                out.append((sig, m))
+        return out
+
     def summary(self) -> list[dict[str, object]]:
         """Per unit fingerprint: description, rows, rows the unit cannot run (``unsupported``)
         and rows whose timing failed (``failed``, retried by the next profiling run)."""

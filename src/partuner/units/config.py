@@ -135,6 +135,8 @@ class UnitSet:
             set(declared_links) if declared_links is not None else set(self.links)
         )
         self.source = source
+        #: the Ray cluster of the units file's ``ray`` key (``units/ray_unit.py``), if any
+        self.ray: Any = None
 
     @property
     def names(self) -> list[str]:
@@ -173,11 +175,14 @@ class UnitSet:
         for pair, link in self.links.items():
             a, b = sorted(pair, key=list(self.units).index)
             links[f"{a}-{b}"] = link.describe()
-        return {
+        out = {
             "source": self.source,
             "units": [u.describe() for u in self],
             "links": links,
         }
+        if self.ray is not None:
+            out["ray"] = {"address": self.ray.address}
+        return out
 
     def __repr__(self) -> str:
         return f"UnitSet({list(self.units)}, source={self.source!r})"
@@ -292,9 +297,9 @@ def _from_mapping(data: object, source: str) -> UnitSet:
 
     if not isinstance(data, Mapping):
         raise fail("expected a mapping with a 'units' key at the top; see docs/units.md")
-    extra = [k for k in data if k not in ("units", "links")]
+    extra = [k for k in data if k not in ("units", "links", "ray")]
     if extra:
-        raise fail(f"unknown top-level key {extra[0]!r}; allowed: ['units', 'links']")
+        raise fail(f"unknown top-level key {extra[0]!r}; allowed: ['units', 'links', 'ray']")
     spec = data.get("units")
     if not spec:
         raise fail(
@@ -302,7 +307,15 @@ def _from_mapping(data: object, source: str) -> UnitSet:
         )
     if not isinstance(spec, Mapping):
         raise fail(f"'units' must map unit names to their settings, got {type(spec).__name__}")
-    units = [_build_unit(name, entry, fail) for name, entry in spec.items()]
+    cluster = None
+    if "ray" in data or any(isinstance(e, Mapping) and "ray" in e for e in spec.values()):
+        from partuner.units.ray_unit import parse_cluster
+
+        try:
+            cluster = parse_cluster(data.get("ray"))
+        except UnitError as exc:
+            raise fail(str(exc)) from None
+    units = [_build_unit(name, entry, fail, cluster) for name, entry in spec.items()]
     _warn_missing_cores(units, source)
     names = [u.name for u in units]
     default_link = DEFAULT_LINK
@@ -321,9 +334,11 @@ def _from_mapping(data: object, source: str) -> UnitSet:
             raise fail(f"links {keys_of[pair]!r} and {key!r} name the same pair; keep one")
         keys_of[pair] = str(key)
         links[pair] = _build_link(str(key), entry, default_link, fail)
-    return UnitSet(
+    out = UnitSet(
         units, links, default_link=default_link, declared_links=set(links), source=source
     )
+    out.ray = cluster
+    return out
 
 
 def _warn_missing_cores(units: list[Unit], source: str) -> None:
@@ -342,7 +357,7 @@ def _warn_missing_cores(units: list[Unit], source: str) -> None:
             )
 
 
-def _build_unit(name: object, entry: object, fail: Any) -> Unit:
+def _build_unit(name: object, entry: object, fail: Any, cluster: Any = None) -> Unit:
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise fail(
             f"bad unit name {name!r}: use letters, digits, '_', '.' and '-' (e.g. cpu0, npu-1)"
@@ -363,8 +378,14 @@ def _build_unit(name: object, entry: object, fail: Any) -> Unit:
             get_backend(str(backend))  # says why an entry-point backend failed to load
         except UnitError as exc:
             raise fail(f"unit {name!r}: {exc}") from None
+    placement = options.pop("ray", None)
     try:
-        return get_backend(backend)(name, **options)
+        unit = get_backend(backend)(name, **options)
+        if placement is None:
+            return unit
+        from partuner.units.ray_unit import RayUnit, parse_placement
+
+        return RayUnit(unit, parse_placement(placement), cluster)
     except UnitError as exc:
         raise fail(f"unit {name!r}: {exc}") from None
 

@@ -1,0 +1,242 @@
+"""Units on a Ray cluster (issue 19): what Ray costs, fleet profiling, batches across nodes.
+
+A real local 2-node cluster (Ray's own ``ray.cluster_utils.Cluster``: two raylets on this
+machine, one CPU each, offering the custom resources ``node-a`` and ``node-b``), units ``a``
+and ``b`` (onnxruntime, 1 thread) placed on them, beside the same units in this process:
+
+* **call overhead**: an empty call (the no-op model) through Ray against in this process; what
+  Ray's transport adds per MB sent and got back (``partuner.profile.fleet``, as the planner
+  charges it); and a chain plan of ``--parts`` partitions alternating between the two units,
+  on the Ray units and on two local units, ``partuner.runtime.Session``, median of runs: the
+  difference per partition is what a partition pays for running through Ray;
+* **profiling** ``MODEL`` on both units at once, each on its own node (``profile_model``, a
+  fresh store each time), against one unit and then the other (each alone, fresh stores);
+  ``--rounds`` rounds alternating which goes first; goal: parallel <= 0.6x sequential;
+* **batch**: ``evaluate_batch`` at ``--batch`` (64) across the two Ray units (the exact split,
+  measured, outputs checked against the whole batch) against the sum of each node's own
+  throughput alone on the batch (the physical limit); goal: >= 90 %.
+
+    python benchmarks/ray_bench.py [--model squeezenet] [--batch 64] [--rounds 2] [--quick]
+
+Writes benchmarks/results/ray.json and prints a markdown table with the goal lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import machine, median_us, temp_dir, write_result  # noqa: E402
+
+from partuner.batch import BatchModel, evaluate_batch  # noqa: E402
+from partuner.export import PartitionSpec, cut  # noqa: E402
+from partuner.graph import load_model, zoo  # noqa: E402
+from partuner.pipeline import reference_outputs  # noqa: E402
+from partuner.profile import ProfileStore, profile_model  # noqa: E402
+from partuner.profile.fleet import transport_costs  # noqa: E402
+from partuner.profile.measure import overhead_model, random_feeds  # noqa: E402
+from partuner.runtime import Session, check_outputs  # noqa: E402
+from partuner.units import units_from_mapping  # noqa: E402
+
+GOAL_PROFILE, GOAL_BATCH = 0.6, 0.9
+ORT = {"backend": "onnxruntime", "threads": 1}
+
+
+def ray_units(address: str, names=("a", "b")) -> Any:
+    res = {"a": "node-a", "b": "node-b"}
+    units = {n: {**ORT, "ray": {"resources": {res[n]: 1}}} for n in names}
+    return units_from_mapping({"ray": {"address": address}, "units": units}, "ray bench")
+
+
+def release(us: Any) -> None:
+    for u in us:
+        u.release()
+
+
+def chain_specs(graph, parts: int, units: tuple[str, str]) -> list[PartitionSpec]:
+    nodes = [n.name for n in graph.compute_nodes]
+    size = -(-len(nodes) // parts)
+    return [
+        PartitionSpec(f"p{i}", units[i % 2], tuple(nodes[i * size : (i + 1) * size]))
+        for i in range(parts)
+        if nodes[i * size : (i + 1) * size]
+    ]
+
+
+def call_overhead(address: str, graph, parts: int, runs: int) -> dict[str, Any]:
+    local = units_from_mapping({"units": {"a": ORT, "b": ORT}}, "local")
+    remote = ray_units(address)
+    noop = overhead_model()
+    x = {"x": np.zeros(1, np.float32)}
+    out: dict[str, Any] = {}
+    for label, us in (("local", local), ("ray", remote)):
+        with us["a"].prepare(noop) as r:
+            out[f"noop_{label}_us"] = median_us(lambda r=r: r.run(x), 200)
+    call, rate_in, rate_out = transport_costs(remote["a"], None)
+    out.update(ray_call_us=call, ray_in_us_per_mb=rate_in * 1e6, ray_out_us_per_mb=rate_out * 1e6)
+    feeds = random_feeds(graph, list(graph.inputs))
+    ref = reference_outputs(graph, feeds)
+    for label, us in (("local", local), ("ray", remote)):
+        specs = chain_specs(graph, parts, ("a", "b"))
+        with Session(graph, cut(graph, specs), us) as s:
+            outs = s.run(None, feeds)
+            out[f"chain_{label}_ms"] = median_us(lambda s=s: s.run(None, feeds), runs) / 1e3
+        got = dict(zip(graph.outputs, outs, strict=True))
+        out[f"chain_{label}_check"] = check_outputs(ref, got, ["f32"]).passed
+    out["chain_parts"] = len(chain_specs(graph, parts, ("a", "b")))
+    out["ray_per_partition_us"] = (
+        (out["chain_ray_ms"] - out["chain_local_ms"]) * 1e3 / out["chain_parts"]
+    )
+    release(remote)
+    return out
+
+
+def profiling(address: str, graph, rounds: int) -> dict[str, Any]:
+    par: list[float] = []
+    seq: list[float] = []
+
+    def timed(names) -> float:
+        us = ray_units(address, names)
+        db = temp_dir("partuner-raybench-") / "p.db"
+        t0 = time.perf_counter()
+        with ProfileStore(db) as store:
+            profile_model(graph, us, store=store)
+        wall = time.perf_counter() - t0
+        release(us)
+        return wall
+
+    for r in range(rounds):
+        order = ("par", "seq") if r % 2 == 0 else ("seq", "par")
+        for what in order:
+            if what == "par":
+                par.append(timed(("a", "b")))
+            else:
+                seq.append(timed(("a",)) + timed(("b",)))
+        print(
+            f"  profiling round {r + 1}: parallel {par[-1]:.1f} s, sequential {seq[-1]:.1f} s",
+            file=sys.stderr,
+        )
+    p, s = statistics.median(par), statistics.median(seq)
+    return {"parallel_s": par, "sequential_s": seq, "ratio": p / s}
+
+
+def batch(address: str, model: str, size: int, b: int, repeat: int) -> dict[str, Any]:
+    bm = BatchModel(zoo.build(model, image_size=size), f"zoo:{model}@{size}")
+    us = ray_units(address)
+    db = temp_dir("partuner-raybench-") / "b.db"
+    with ProfileStore(db) as store:
+        r = evaluate_batch(bm, us, b, store=store, repeat=repeat)
+    release(us)
+    d = r.to_dict()
+    return {
+        "batch": b,
+        "split": d["split"],
+        "measured_ms": d["measured_ms"],
+        "throughput": d["throughput"],
+        "unit_throughput": d["unit_throughput"],
+        "physical_limit": d["physical_limit"],
+        "efficiency": d["efficiency"],
+        "check": d["check"]["passed"],
+        "notes": d["notes"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="squeezenet")
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--batch-image", type=int, default=224, help="image size of the batch model")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--parts", type=int, default=8)
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--quick", action="store_true", help="1 round, batch 16, 20 runs")
+    args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.batch, args.runs = 1, 16, 20
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    from ray.cluster_utils import Cluster
+
+    t_start = time.perf_counter()
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"node-a": 1}})
+    c.add_node(num_cpus=1, resources={"node-b": 1})
+    c.wait_for_nodes()
+    graph = load_model(zoo.build(args.model, image_size=args.size))
+    try:
+        over = call_overhead(c.address, graph, args.parts, args.runs)
+        prof = profiling(c.address, graph, args.rounds)
+        bat = batch(c.address, args.model, args.batch_image, args.batch, 10)
+    finally:
+        import ray
+
+        ray.shutdown()
+        c.shutdown()
+    res = {
+        "machine": machine(),
+        "command": "python benchmarks/ray_bench.py " + " ".join(sys.argv[1:]),
+        "model": f"zoo:{args.model}@{args.size}",
+        "nodes": 2,
+        "call": over,
+        "profiling": prof,
+        "batch": bat,
+        "wall_s": time.perf_counter() - t_start,
+    }
+    write_result("ray", res)
+    report(res)
+
+
+def report(res: dict[str, Any]) -> None:
+    o, p, b = res["call"], res["profiling"], res["batch"]
+    print("| what | in this process | through Ray (2 local nodes) |")
+    print("|---|---|---|")
+    print(
+        f"| empty call (no-op model), median | {o['noop_local_us']:.0f} us | "
+        f"{o['noop_ray_us']:.0f} us |"
+    )
+    print(
+        f"| per MB sent to / got back from a node | - | {o['ray_in_us_per_mb']:.0f} / "
+        f"{o['ray_out_us_per_mb']:.0f} us |"
+    )
+    print(
+        f"| {res['model']}, chain of {o['chain_parts']} partitions alternating two units, "
+        f"median | {o['chain_local_ms']:.2f} ms | {o['chain_ray_ms']:.2f} ms "
+        f"({o['ray_per_partition_us']:.0f} us more per partition) |"
+    )
+    print(
+        f"| profiling {res['model']} on 2 units | one after the other: "
+        f"{statistics.median(p['sequential_s']):.1f} s | each on its node at once: "
+        f"{statistics.median(p['parallel_s']):.1f} s ({p['ratio']:.2f}x) |"
+    )
+    print(
+        f"| batch of {b['batch']} split {b['split']} | sum of each node alone: "
+        f"{b['physical_limit']:.1f} items/s | split: {b['throughput']:.1f} items/s "
+        f"({b['efficiency']:.0%}) |"
+    )
+    print()
+    ok = "met" if p["ratio"] <= GOAL_PROFILE else "NOT met"
+    print(
+        f"- profiling 2 units on 2 nodes <= {GOAL_PROFILE}x the sequential wall time: {ok} "
+        f"({p['ratio']:.2f}x)"
+    )
+    ok = "met" if b["efficiency"] >= GOAL_BATCH else "NOT met"
+    print(
+        f"- batch across the 2 nodes >= {GOAL_BATCH:.0%} of the sum of their own throughputs "
+        f"at B={b['batch']}: {ok} ({b['efficiency']:.0%})"
+    )
+    checks = [o["chain_local_check"], o["chain_ray_check"], b["check"]]
+    print(f"- outputs checked against the whole model: {'all passed' if all(checks) else 'FAILED'}")
+    for n in b["notes"]:
+        print(f"- note: {n}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""Profiling units on a Ray cluster: each on its own node, the nodes all at the same time.
+
+:func:`profile_on_nodes` is what :func:`~partuner.profile.profile_model` does first for the
+:class:`~partuner.units.ray_unit.RayUnit` units of a units file. On each node, the unit's actor
+profiles the model as ``partuner profile`` would on that machine (``profile_model`` with the
+same settings, the backend unit alone, a temporary store there), and sends the rows back; they
+are stored here under the unit's fingerprint (the node's, marked ``-ray``), with a row
+``__fleet__#<model digest>#<settings>`` saying the model was profiled there, so the next run
+reads them instead of profiling again. Units on one node are profiled one after the other (they
+would disturb each other's timings); different nodes at once, so the wall time is about the
+slowest node's, not the sum. The units then count as *remote* for the rest of the profile: read
+from the store, never timed here through Ray.
+
+What a call through Ray adds is measured from here (:func:`transport_costs`): the round trip of
+an empty call (charged per partition, on top of the node's own per-partition cost), and the
+cost per byte of sending inputs and of getting outputs back (charged on the bytes a partition
+reads from and writes for other partitions, as every value a Ray unit's partition reads or
+writes travels through Ray). A hand-off between two units' worker threads here is measured as
+for local units (:func:`~partuner.profile.transfer.handoff`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from partuner.graph import ModelGraph
+from partuner.profile.signature import model_digest
+from partuner.profile.store import OK, Measurement, ProfileStore
+from partuner.profile.transfer import handoff, put_rows, stored_rows
+from partuner.units import Unit, UnitSet
+from partuner.units.ray_unit import RayUnit
+
+__all__ = [
+    "FLEET_SIG",
+    "TRANSPORT_SIG",
+    "add_transport",
+    "fleet_links",
+    "profile_on_nodes",
+    "transport_costs",
+]
+
+log = logging.getLogger(__name__)
+
+FLEET_SIG = "__fleet__#{}#{}"
+TRANSPORT_SIG = "__ray_transport__#{}#{}"
+#: bytes sent and received when measuring what Ray's transport costs per byte
+TRANSPORT_SIZES = (0, 1 << 16, 1 << 20, 1 << 22)
+TRANSPORT_ROUNDS = 15
+
+
+def _profile_here(unit: Unit, model: bytes, settings: dict[str, Any]) -> list[tuple]:
+    """On the node: profile ``model`` on ``unit`` alone in a temporary store; its rows."""
+    import onnx
+
+    from partuner.graph import load_model
+    from partuner.profile.profiler import profile_model
+
+    graph = load_model(onnx.load_from_string(model))
+    with tempfile.TemporaryDirectory(prefix="partuner-fleet-") as d:
+        with ProfileStore(Path(d) / "rows.db") as st:
+            profile_model(graph, UnitSet([unit]), store=st, **settings)
+            return [(sig, tuple(m.__dict__.values())) for sig, m in st.rows(unit.fingerprint())]
+
+
+def _settings_key(settings: Mapping[str, Any]) -> str:
+    return json.dumps(settings, sort_keys=True, default=str).replace("#", "_")
+
+
+def profile_on_nodes(
+    graph: ModelGraph,
+    units: Mapping[str, RayUnit],
+    store: ProfileStore,
+    settings: dict[str, Any],
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, str]:
+    """Profile each of ``units`` on its node (nodes in parallel) unless ``store`` holds the
+    model's rows for it; returns unit name -> the fingerprint its rows are stored under.
+
+    Raises whatever profiling raised on a node (a partuner error as itself), or
+    :class:`~partuner.units.ray_unit.RayNodeLost` naming a node lost meanwhile; the rows of
+    units whose profiling finished are stored all the same, those of the failed one not at all.
+    """
+    fps = {name: u.fingerprint() for name, u in units.items()}
+    mark = FLEET_SIG.format(model_digest(graph), _settings_key(settings))
+    todo = [u for name, u in units.items() if store.get(fps[name], mark) is None]
+    if not todo:
+        return fps
+    by_node: dict[str, list[RayUnit]] = {}
+    for u in todo:
+        by_node.setdefault(u.node(), []).append(u)
+    model = graph.model.SerializeToString()
+
+    def one_node(group: list[RayUnit]) -> list[tuple[RayUnit, list[tuple], float]]:
+        out = []
+        for u in group:
+            t0 = time.perf_counter()
+            rows = u.get(u.submit("apply", _profile_here, model, settings), "profiling")
+            out.append((u, rows, time.perf_counter() - t0))
+        return out
+
+    failure: BaseException | None = None
+    with ThreadPoolExecutor(max_workers=len(by_node), thread_name_prefix="fleet") as pool:
+        futs = [pool.submit(one_node, g) for g in by_node.values()]
+        for fut in as_completed(futs):
+            try:
+                done = fut.result()
+            except BaseException as exc:  # the others' rows are still stored
+                failure = failure or exc
+                continue
+            for u, rows, wall in done:
+                fp, desc = fps[u.name], str(u.describe())
+                for sig, fields in rows:
+                    store.put(fp, sig, Measurement(*fields), description=desc)
+                store.put(fp, mark, Measurement(wall * 1e6, wall * 1e6, wall * 1e6, 1))
+                if progress is not None:
+                    progress(f"{u.name}: profiled on Ray node {u.node()} in {wall:.1f} s")
+    if failure is not None:
+        raise failure
+    return fps
+
+
+def _fit(points: Sequence[tuple[int, float]]) -> float:
+    """µs per byte: the least-squares slope of (bytes, µs) through the zero-byte point."""
+    x = np.array([p[0] for p in points], dtype=float)
+    y = np.array([p[1] for p in points], dtype=float)
+    y = y - y[x == 0].mean() if (x == 0).any() else y
+    keep = x > 0
+    if not keep.any():
+        return 0.0
+    slope = float(x[keep] @ y[keep] / (x[keep] @ x[keep]))
+    return max(slope, 0.0)
+
+
+def _measure_transport(unit: RayUnit) -> Measurement:
+    """Round trip of an empty call; µs per byte sent and per byte got back (in ``detail``)."""
+    arrays = {n: np.ones(n, dtype=np.uint8) for n in TRANSPORT_SIZES}
+    ping: list[float] = []
+    took: dict[int, list[float]] = {n: [] for n in TRANSPORT_SIZES}
+    gave: dict[int, list[float]] = {n: [] for n in TRANSPORT_SIZES}
+    for r in range(TRANSPORT_ROUNDS + 2):
+        t0 = time.perf_counter()
+        unit.call("ping")
+        t1 = time.perf_counter()
+        if r >= 2:
+            ping.append((t1 - t0) * 1e6)
+        for n in TRANSPORT_SIZES:
+            t0 = time.perf_counter()
+            unit.call("take", arrays[n])
+            t1 = time.perf_counter()
+            got = unit.call("give", n)
+            t2 = time.perf_counter()
+            if got.nbytes != n:
+                raise RuntimeError(f"Ray gave back {got.nbytes} bytes, not {n}")
+            if r >= 2:
+                took[n].append((t1 - t0) * 1e6)
+                gave[n].append((t2 - t1) * 1e6)
+    call = statistics.median(ping)
+    rate_in = _fit([(n, statistics.median(v)) for n, v in took.items()])
+    rate_out = _fit([(n, statistics.median(v)) for n, v in gave.items()])
+    detail = {"in_us_per_byte": rate_in, "out_us_per_byte": rate_out, "sizes": TRANSPORT_SIZES}
+    q = np.percentile(ping, [10, 90])
+    return Measurement(call, float(q[0]), float(q[1]), len(ping), OK, json.dumps(detail))
+
+
+def transport_costs(unit: RayUnit, store: ProfileStore | None) -> tuple[float, float, float]:
+    """(µs per call, µs per byte in, µs per byte out) that Ray adds to a call of ``unit``
+    from this machine: stored per unit fingerprint, placement and this host, else measured."""
+    sig = TRANSPORT_SIG.format(unit.placement.describe().replace(" ", ""), socket.gethostname())
+    fp = unit.fingerprint()
+    m = store.get(fp, sig) if store is not None else None
+    if m is None or m.status != OK:
+        m = _measure_transport(unit)
+        if store is not None:
+            store.put(fp, sig, m, description=str(unit.describe()))
+    info = json.loads(m.detail)
+    return m.median_us, float(info["in_us_per_byte"]), float(info["out_us_per_byte"])
+
+
+def add_transport(prof: Any, costs: tuple[float, float, float]) -> Any:
+    """A :class:`~partuner.profile.profiler.UnitProfile` with Ray's transport added."""
+    call, rate_in, rate_out = costs
+    return replace(
+        prof,
+        overhead_us=prof.overhead_us + call,
+        boundary_us_per_byte=prof.boundary_us_per_byte + rate_in,
+        boundary_out_us_per_byte=prof.boundary_out_us_per_byte + rate_out,
+        ray_call_us=call,
+    )
+
+
+def fleet_links(
+    names: Sequence[str],
+    units: UnitSet,
+    fingerprints: Mapping[str, str],
+    store: ProfileStore | None,
+    sizes: Sequence[int],
+) -> None:
+    """Store the link rows of every pair with a Ray unit that lacks them: a hand-off between
+    two worker threads here (what Ray moves is charged per unit by :func:`add_transport`)."""
+    if store is None:
+        return
+    hand: dict[int, Measurement] | None = None
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            ua, ub = units[a], units[b]
+            if not (isinstance(ua, RayUnit) or isinstance(ub, RayUnit)) or ua.modeled or ub.modeled:
+                continue
+            fa, fb = fingerprints[a], fingerprints[b]
+            if stored_rows(store, fa, fb, sizes) is None:
+                hand = hand or handoff(sizes)
+                put_rows(store, fa, fb, hand)
