@@ -334,9 +334,7 @@ def _from_mapping(data: object, source: str) -> UnitSet:
             raise fail(f"links {keys_of[pair]!r} and {key!r} name the same pair; keep one")
         keys_of[pair] = str(key)
         links[pair] = _build_link(str(key), entry, default_link, fail)
-    out = UnitSet(
-        units, links, default_link=default_link, declared_links=set(links), source=source
-    )
+    out = UnitSet(units, links, default_link=default_link, declared_links=set(links), source=source)
     out.ray = cluster
     return out
 
