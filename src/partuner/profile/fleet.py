@@ -56,8 +56,8 @@ log = logging.getLogger(__name__)
 FLEET_SIG = "__fleet__#{}#{}"
 TRANSPORT_SIG = "__ray_transport__#{}#{}"
 #: bytes sent and received when measuring what Ray's transport costs per byte
-TRANSPORT_SIZES = (0, 1 << 16, 1 << 20, 1 << 22)
-TRANSPORT_ROUNDS = 15
+TRANSPORT_SIZES = (0, 1 << 16, 1 << 20)
+TRANSPORT_ROUNDS = 12
 
 
 def _profile_here(unit: Unit, model: bytes, settings: dict[str, Any]) -> list[tuple]:

@@ -305,6 +305,9 @@ def profile_model(
     """
     t_start = time.perf_counter()
     remote = dict(remote or {})
+    for u in units:  # Ray units' actors start at once (a worker process each)
+        if isinstance(u, RayUnit) and u.name not in remote:
+            u.start()
     active, skipped = _resolve_units(units, remote, skip_unavailable)
     nodes = graph.compute_nodes
     _drop_idle_units(graph, active, skipped)

@@ -313,6 +313,7 @@ class _Remote:
         self.lock = threading.Lock()
         self.actor: Any = None
         self.info: dict[str, Any] | None = None
+        self.pending: tuple[Any, Any] | None = None  # (actor, its info ref), not yet waited for
 
 
 class RayUnit(Unit):
@@ -345,20 +346,38 @@ class RayUnit(Unit):
 
     # -- the actor ----------------------------------------------------------------------------
 
+    def start(self) -> None:
+        """Start placing this unit's actor without waiting for it, so that several units'
+        actors (a worker process each) start at once; errors surface on first use."""
+        try:
+            ray = self.cluster.connect()
+            with self._remote.lock:
+                if self._remote.actor is None and self._remote.pending is None:
+                    self.cluster.check_offered(self.name, self.placement)
+                    self._remote.pending = self._create(ray)
+        except UnitUnavailableError:
+            pass  # availability() says why
+
+    def _create(self, ray: Any) -> tuple[Any, Any]:
+        actor = (
+            _actor_class(ray)
+            .options(resources=dict(self.placement.resources), num_cpus=0, max_restarts=0)
+            .remote(self.name, self.inner.spec())
+        )
+        return actor, actor.info.remote()
+
     def _connect(self) -> tuple[Any, Any, dict[str, Any]]:
         """(ray, actor, node info), creating the actor on first use."""
         ray = self.cluster.connect()
         r = self._remote
         with r.lock:
             if r.actor is None:
-                self.cluster.check_offered(self.name, self.placement)
-                actor = (
-                    _actor_class(ray)
-                    .options(resources=dict(self.placement.resources), num_cpus=0, max_restarts=0)
-                    .remote(self.name, self.inner.spec())
-                )
+                if r.pending is None:
+                    self.cluster.check_offered(self.name, self.placement)
+                    r.pending = self._create(ray)
+                (actor, ref), r.pending = r.pending, None
                 try:
-                    info = ray.get(actor.info.remote(), timeout=PLACE_TIMEOUT_S)
+                    info = ray.get(ref, timeout=PLACE_TIMEOUT_S)
                 except ray.exceptions.GetTimeoutError:
                     ray.kill(actor)
                     raise UnitUnavailableError(
@@ -380,6 +399,8 @@ class RayUnit(Unit):
         r = self._remote
         with r.lock:
             actor, r.actor, r.info = r.actor, None, None
+            if actor is None and r.pending is not None:
+                actor, r.pending = r.pending[0], None
         if actor is not None:
             try:
                 _import_ray().kill(actor)
