@@ -247,3 +247,19 @@ def test_a_node_lost_mid_run_fails_with_the_node_named(cluster, small):
     with pytest.raises(RayNodeLost) as e:
         runner.run(feeds)
     assert where in str(e.value) and "'c'" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_second_model_reuses_what_the_node_timed_for_the_first(cluster, small, tmp_path):
+    us = _units(cluster.address, a=ON_A)
+    other = load_model(zoo.build("branchy", image_size=24))  # same ops, other shapes
+    with ProfileStore(tmp_path / "p.db") as store:
+        profile_model(small, us, store=store)
+        fp = us["a"].fingerprint()
+        before = dict(store.rows(fp))
+        profile_model(other, us, store=store)
+        after = dict(store.rows(fp))
+    assert before.keys() < after.keys()  # the second model's rows added
+    assert "__call_overhead__" in before
+    for sig, m in before.items():  # nothing timed again on the node (a new timing differs)
+        if not sig.startswith("__fleet__"):
+            assert after[sig] == m, sig

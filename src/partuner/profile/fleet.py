@@ -3,13 +3,14 @@
 :func:`profile_on_nodes` is what :func:`~partuner.profile.profile_model` does first for the
 :class:`~partuner.units.ray_unit.RayUnit` units of a units file. On each node, the unit's actor
 profiles the model as ``partuner profile`` would on that machine (``profile_model`` with the
-same settings, the backend unit alone, a temporary store there), and sends the rows back; they
-are stored here under the unit's fingerprint (the node's, marked ``-ray``), with a row
-``__fleet__#<model digest>#<settings>`` saying the model was profiled there, so the next run
-reads them instead of profiling again. Units on one node are profiled one after the other (they
-would disturb each other's timings); different nodes at once, so the wall time is about the
-slowest node's, not the sum. The units then count as *remote* for the rest of the profile: read
-from the store, never timed here through Ray.
+same settings, the backend unit alone, a temporary store there seeded with the rows already
+stored here for the unit, so that node signatures shared with models profiled before are not
+timed again), and sends the new rows back; they are stored here under the unit's fingerprint
+(the node's, marked ``-ray``), with a row ``__fleet__#<model digest>#<settings>`` saying the
+model was profiled there, so the next run reads them instead of profiling again. Units on one
+node are profiled one after the other (they would disturb each other's timings); different
+nodes at once, so the wall time is about the slowest node's, not the sum. The units then count
+as *remote* for the rest of the profile: read from the store, never timed here through Ray.
 
 What a call through Ray adds is measured from here (:func:`transport_costs`): the round trip of
 an empty call (charged per partition, on top of the node's own per-partition cost), and the
@@ -37,7 +38,7 @@ import numpy as np
 
 from partuner.graph import ModelGraph
 from partuner.profile.signature import model_digest
-from partuner.profile.store import OK, Measurement, ProfileStore
+from partuner.profile.store import FAILED, OK, Measurement, ProfileStore
 from partuner.profile.transfer import handoff, put_rows, stored_rows
 from partuner.units import Unit, UnitSet
 from partuner.units.ray_unit import RayUnit
@@ -60,18 +61,36 @@ TRANSPORT_SIZES = (0, 1 << 16, 1 << 20)
 TRANSPORT_ROUNDS = 12
 
 
-def _profile_here(unit: Unit, model: bytes, settings: dict[str, Any]) -> list[tuple]:
-    """On the node: profile ``model`` on ``unit`` alone in a temporary store; its rows."""
+def _profile_here(
+    unit: Unit, model: bytes, settings: dict[str, Any], known: list[tuple]
+) -> list[tuple]:
+    """On the node: profile ``model`` on ``unit`` alone in a temporary store holding the rows
+    already ``known`` here (node signatures shared with other models, the unit's call and
+    write-out costs), so that only what is new is timed; returns the new rows."""
     import onnx
 
     from partuner.graph import load_model
     from partuner.profile.profiler import profile_model
 
     graph = load_model(onnx.load_from_string(model))
+    fp = unit.fingerprint()
     with tempfile.TemporaryDirectory(prefix="partuner-fleet-") as d:
         with ProfileStore(Path(d) / "rows.db") as st:
+            for sig, fields in known:
+                st.put(fp, sig, Measurement(*fields))
+            had = {sig for sig, _ in known}
             profile_model(graph, UnitSet([unit]), store=st, **settings)
-            return [(sig, tuple(m.__dict__.values())) for sig, m in st.rows(unit.fingerprint())]
+            return [(sig, tuple(m.__dict__.values())) for sig, m in st.rows(fp) if sig not in had]
+
+
+def _known(store: ProfileStore, fp: str) -> list[tuple]:
+    """The rows ``store`` holds for ``fp`` that a node's profile may reuse (timed ones)."""
+    own = (FLEET_SIG.split("#")[0], TRANSPORT_SIG.split("#")[0])
+    return [
+        (sig, tuple(m.__dict__.values()))
+        for sig, m in store.rows(fp)
+        if m.status != FAILED and not sig.startswith(own)
+    ]
 
 
 def _settings_key(settings: Mapping[str, Any]) -> str:
@@ -97,6 +116,7 @@ def profile_on_nodes(
     todo = [u for name, u in units.items() if store.get(fps[name], mark) is None]
     if not todo:
         return fps
+    known = {u.name: _known(store, fps[u.name]) for u in todo}
     by_node: dict[str, list[RayUnit]] = {}
     for u in todo:
         by_node.setdefault(u.node(), []).append(u)
@@ -106,7 +126,9 @@ def profile_on_nodes(
         out = []
         for u in group:
             t0 = time.perf_counter()
-            rows = u.get(u.submit("apply", _profile_here, model, settings), "profiling")
+            rows = u.get(
+                u.submit("apply", _profile_here, model, settings, known[u.name]), "profiling"
+            )
             out.append((u, rows, time.perf_counter() - t0))
         return out
 
