@@ -17,7 +17,7 @@ and ``b`` (onnxruntime, 1 thread) placed on them, beside the same units in this 
   throughput alone on the batch (the physical limit), for each of ``--batch-models`` (a light
   model, where moving the inputs weighs most, and a heavier one); goal: >= 90 %.
 
-    python benchmarks/ray_bench.py [--model squeezenet] [--batch 64] [--rounds 2] [--quick]
+    python benchmarks/ray_bench.py [--model squeezenet] [--batch 64] [--rounds 3] [--quick]
         [--batch-models squeezenet,resnet18]
 
 Writes benchmarks/results/ray.json and prints a markdown table with the goal lines.
@@ -160,7 +160,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--batch-image", type=int, default=224, help="image size of the batch models")
     ap.add_argument("--batch-models", default="squeezenet,resnet18")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--parts", type=int, default=8)
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--quick", action="store_true", help="1 round, batch 16, 20 runs")

@@ -373,7 +373,7 @@ CASES: list[Case] = [
     ),
     Case("remote unit with no imported measurements for the model", _remote_without_rows),
     Case("unit declaring cores this machine lacks (a warning)", _missing_cores, code=0),
-    Case("Ray cluster address nobody answers", _ray_unreachable, absent=("p.db",)),
+    Case("Ray cluster address nobody answers", _ray_unreachable),
     Case(
         "Ray placement without resources",
         _with(
