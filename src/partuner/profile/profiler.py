@@ -312,9 +312,26 @@ def profile_model(
     nodes = graph.compute_nodes
     _drop_idle_units(graph, active, skipped)
     fleet = {n: u for n, u in active.items() if isinstance(u, RayUnit) and n not in remote}
+    if fleet and store is None:  # the nodes' rows need a store: a temporary one
+        with (
+            tempfile.TemporaryDirectory(prefix="partuner-") as d,
+            ProfileStore(Path(d) / "fleet.db") as temp,
+        ):
+            return profile_model(
+                graph,
+                units,
+                store=temp,
+                progress=progress,
+                budget_s=budget_s,
+                skip_unavailable=skip_unavailable,
+                calibrate=calibrate,
+                fuse=fuse,
+                fuse_auto=fuse_auto,
+                remote=remote,
+                link_sizes=link_sizes,
+                layers=layers,
+            )
     if fleet:  # profiled on their nodes first, then read from the store like remote units
-        if store is None:
-            store = ProfileStore(Path(tempfile.mkdtemp(prefix="partuner-")) / "fleet.db")
         settings = {"budget_s": budget_s, "calibrate": calibrate, "layers": layers}
         settings.update(fuse=[list(f) for f in fuse or ()], fuse_auto=fuse_auto)
         remote.update(profile_on_nodes(graph, fleet, store, settings, log.info))
