@@ -74,6 +74,19 @@ def chain_specs(graph, parts: int, units: tuple[str, str]) -> list[PartitionSpec
     ]
 
 
+def deferred_ab(s: Session, feeds, runs: int, rounds: int = 6) -> dict[str, list[float]]:
+    """The Ray chain with values between the two nodes left on the nodes (the runtime's way)
+    and with every value fetched here and sent again, rounds alternating: median ms per round."""
+    own = list(s._defer)
+    got: dict[str, list[float]] = {"on the nodes": [], "through here": []}
+    for _ in range(rounds):
+        for mode in got:
+            s._defer = own if mode == "on the nodes" else [False] * len(own)
+            got[mode].append(median_us(lambda: s.run(None, feeds), runs) / 1e3)
+    s._defer = own
+    return got
+
+
 def call_overhead(address: str, graph, parts: int, runs: int) -> dict[str, Any]:
     local = units_from_mapping({"units": {"a": ORT, "b": ORT}}, "local")
     remote = ray_units(address)
@@ -92,6 +105,8 @@ def call_overhead(address: str, graph, parts: int, runs: int) -> dict[str, Any]:
         with Session(graph, cut(graph, specs), us) as s:
             outs = s.run(None, feeds)
             out[f"chain_{label}_ms"] = median_us(lambda s=s: s.run(None, feeds), runs) / 1e3
+            if label == "ray":  # values left on the nodes (as run) vs fetched here and sent
+                out["chain_ray_rounds"] = deferred_ab(s, feeds, runs)
         got = dict(zip(graph.outputs, outs, strict=True))
         out[f"chain_{label}_check"] = check_outputs(ref, got, ["f32"]).passed
     out["chain_parts"] = len(chain_specs(graph, parts, ("a", "b")))
@@ -217,6 +232,14 @@ def report(res: dict[str, Any]) -> None:
         f"| {res['model']}, chain of {o['chain_parts']} partitions alternating two units, "
         f"median | {o['chain_local_ms']:.2f} ms | {o['chain_ray_ms']:.2f} ms "
         f"({o['ray_per_partition_us']:.0f} us more per partition) |"
+    )
+    ab = o["chain_ray_rounds"]
+    here, nodes = (statistics.median(ab[k]) for k in ("through here", "on the nodes"))
+    wins = sum(a < b for a, b in zip(ab["on the nodes"], ab["through here"], strict=True))
+    print(
+        f"| the same chain through Ray, values between the nodes fetched here and sent again vs "
+        f"left on the nodes (median of {len(ab['through here'])} alternating rounds) | - | "
+        f"{here:.2f} ms vs {nodes:.2f} ms (faster in {wins} of {len(ab['through here'])} rounds) |"
     )
     print(
         f"| profiling {res['model']} on 2 units | one after the other: "

@@ -20,7 +20,7 @@ from partuner.batch.run import reference, run_split
 from partuner.batch.split import Split
 from partuner.cli import main
 from partuner.errors import PlanFileError, UnitsFileError
-from partuner.export import cut
+from partuner.export import PartitionSpec, cut
 from partuner.graph import load_model, zoo
 from partuner.pipeline import build_problem, plan_file, reference_outputs
 from partuner.plan import plan_from_assignment
@@ -28,7 +28,8 @@ from partuner.profile import ProfileStore, profile_model
 from partuner.profile.measure import random_feeds
 from partuner.runtime import Session, check_outputs
 from partuner.units import units_from_mapping
-from partuner.units.ray_unit import RayNodeLost, RayUnit
+from partuner.units.base import materialize
+from partuner.units.ray_unit import RayNodeLost, RayUnit, RayValue
 from partuner.units.untrusted import check_plan_units
 
 
@@ -263,3 +264,34 @@ def test_a_second_model_reuses_what_the_node_timed_for_the_first(cluster, small,
     for sig, m in before.items():  # nothing timed again on the node (a new timing differs)
         if not sig.startswith("__fleet__"):
             assert after[sig] == m, sig
+
+
+def test_values_between_two_ray_units_stay_on_the_nodes(cluster, small):
+    us = _units(cluster.address, a=ON_A, b=ON_B, cpu=ORT)
+    names = [n.name for n in small.compute_nodes]
+    half = len(names) // 2
+    specs = [
+        PartitionSpec("p0", "a", tuple(names[:1])),  # the stem: read only by p1
+        PartitionSpec("p1", "b", tuple(names[1:half])),
+        PartitionSpec("p2", "cpu", tuple(names[half:])),
+    ]
+    parts = cut(small, specs)
+    feeds = random_feeds(small, list(small.inputs))
+    with Session(small, parts, us) as s:
+        # p0's outputs stay on node a for b; p1's come here for the local cpu
+        assert s._defer == [True, False, False]
+        outs = s.run(None, feeds)
+        moved = {t.src_partition: t.nbytes for t in s.last_transfers}
+    assert all(isinstance(o, np.ndarray) for o in outs)
+    assert moved["p0"] > 0  # sizes known without fetching
+    got = dict(zip(small.outputs, outs, strict=True))
+    assert check_outputs(reference_outputs(small, feeds), got, ["f32"]).passed
+    with us["a"].prepare(parts[0].model) as r0, us["b"].prepare(parts[1].model) as r1:
+        left = r0.run_deferred({k: feeds[k] for k in parts[0].inputs})
+        assert all(isinstance(v, RayValue) for v in left.values())
+        ins = {k: left[k] if k in left else feeds[k] for k in parts[1].inputs}
+        assert any(isinstance(v, RayValue) for v in ins.values())
+        direct = r1.run(ins)  # read on node b from node a
+        via_here = r1.run(materialize(ins))
+    for k in direct:
+        np.testing.assert_array_equal(direct[k], via_here[k])

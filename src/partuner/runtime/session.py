@@ -206,6 +206,21 @@ class Session:
                     self.fallbacks[p.name] = (p.unit, str(exc))
                     self.partitions[i] = replace(p, unit=fallback)
                     log.warning("partition %s runs on %s: %s", p.name, fallback, exc)
+            # Outputs that only runners able to read them in place (Ray units) read stay where
+            # they were computed: one transfer node to node instead of two through here.
+            readers: dict[int, set[int]] = {}
+            for j, p in enumerate(self.partitions):
+                for v in p.inputs:
+                    if v in producer:
+                        readers.setdefault(producer[v], set()).add(j)
+            ends = set(graph.outputs)
+            self._defer = [
+                r.deferred
+                and not ends & set(p.outputs)
+                and bool(readers.get(i))
+                and all(self._runners[j].deferred for j in readers[i])
+                for i, (p, r) in enumerate(zip(self.partitions, self._runners, strict=True))
+            ]
             # Inputs read from a partition on another unit: the hand-offs traced per run.
             self._handoffs: list[list[tuple[str, int]]] = [
                 [
@@ -260,6 +275,11 @@ class Session:
         except BaseException:
             self.close()
             raise
+
+    def _call(self, i: int, feeds: dict[str, Any]) -> Mapping[str, Any]:
+        """Run partition ``i`` (outputs left in place where only Ray units read them)."""
+        runner = self._runners[i]
+        return runner.run_deferred(feeds) if self._defer[i] else runner.run(feeds)
 
     @staticmethod
     def _prepare(units: UnitSet, p: PartitionModel, alone: bool = False) -> Runner:
@@ -352,7 +372,7 @@ class Session:
                     lock.acquire()
                 try:
                     t0 = time.perf_counter()
-                    outs = self._runners[i].run({v: run.values[v] for v in part.inputs})
+                    outs = self._call(i, {v: run.values[v] for v in part.inputs})
                     t1 = time.perf_counter()
                 finally:
                     for lock in reversed(held):

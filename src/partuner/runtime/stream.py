@@ -303,7 +303,7 @@ class _Stream:
                     lock.acquire()
                 try:
                     t0 = time.perf_counter()
-                    outs = sess._runners[i].run(feeds)
+                    outs = sess._call(i, feeds)
                     t1 = time.perf_counter()
                 finally:
                     for lock in reversed(held):

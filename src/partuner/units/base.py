@@ -31,12 +31,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "Deferred",
     "Runner",
     "Unit",
     "backend_names",
     "get_backend",
     "host_cpu_model",
     "make_unit",
+    "materialize",
     "register_backend",
 ]
 
@@ -64,10 +66,21 @@ REMOTE_REASON = (
 
 class Runner(abc.ABC):
     """A prepared sub-model on one unit. Not thread-safe: one thread runs a runner at a time;
-    runners of different units may run from different threads at once."""
+    runners of different units may run from different threads at once.
+
+    A runner whose outputs can stay where they were computed (a unit on a Ray node) sets
+    ``deferred = True`` and has :meth:`run_deferred`; the runtime calls it for partitions whose
+    outputs only such runners read, and hands those runners the :class:`Deferred` values as
+    inputs. Every other caller gets arrays from :meth:`run`."""
 
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
+    deferred: ClassVar[bool] = False
+
+    def run_deferred(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """As :meth:`run`, once the run finished, with outputs left where they were computed
+        (:class:`Deferred`); ``feeds`` may hold arrays and :class:`Deferred` values."""
+        return self.run(feeds)
 
     @abc.abstractmethod
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -81,6 +94,31 @@ class Runner(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Deferred:
+    """An output left where it was computed; :func:`materialize` fetches it."""
+
+    nbytes: int = 0
+
+    @classmethod
+    def fetch_all(cls, values: list[Deferred]) -> list[Any]:
+        """The arrays of ``values`` (all of this class), fetched together."""
+        raise NotImplementedError
+
+
+def materialize(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with every :class:`Deferred` one fetched (a copy; no fetch, no cost)."""
+    out = dict(values)
+    late = [k for k, v in out.items() if isinstance(v, Deferred)]
+    if late:
+        kinds: dict[type, list[str]] = {}
+        for k in late:
+            kinds.setdefault(type(out[k]), []).append(k)
+        for kind, keys in kinds.items():
+            for k, arr in zip(keys, kind.fetch_all([out[k] for k in keys]), strict=True):
+                out[k] = arr
+    return out
 
 
 class Unit(abc.ABC):

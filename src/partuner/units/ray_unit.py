@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from partuner.errors import UnitError, UnitUnavailableError
-from partuner.units.base import Runner, Unit
+from partuner.units.base import Deferred, Runner, Unit, materialize
 
 if TYPE_CHECKING:
     import numpy as np
@@ -46,6 +46,7 @@ __all__ = [
     "RayPlacement",
     "RayRunner",
     "RayUnit",
+    "RayValue",
     "parse_cluster",
     "parse_placement",
 ]
@@ -266,8 +267,14 @@ class _UnitActor:
         self.runners[self.count] = runner
         return self.count, tuple(runner.input_names), tuple(runner.output_names)
 
-    def run(self, rid: int, feeds: dict[str, Any]) -> dict[str, Any]:
-        return self.runners[rid].run(feeds)
+    def run(self, rid: int, names: list[str], *values: Any) -> tuple:
+        """Run runner ``rid`` on ``names`` -> ``values`` (Ray resolved any object refs among
+        them, fetching from the node that holds them); returns the outputs' sizes, then the
+        outputs in ``output_names`` order (one object each)."""
+        runner = self.runners[rid]
+        out = runner.run(dict(zip(names, values, strict=True)))
+        arrays = [out[n] for n in runner.output_names]
+        return (tuple(int(getattr(a, "nbytes", 0)) for a in arrays), *arrays)
 
     def close(self, rid: int) -> None:
         runner = self.runners.pop(rid, None)
@@ -512,8 +519,24 @@ class RayUnit(Unit):
         return out
 
 
+class RayValue(Deferred):
+    """An output left in the object store of the node that computed it."""
+
+    def __init__(self, unit: RayUnit, ref: Any, nbytes: int) -> None:
+        self.unit, self.ref, self.nbytes = unit, ref, nbytes
+
+    @classmethod
+    def fetch_all(cls, values: list[Deferred]) -> list[Any]:
+        got = [v for v in values if isinstance(v, RayValue)]
+        return got[0].unit.get([v.ref for v in got], "fetching outputs") if got else []
+
+
 class RayRunner(Runner):
-    """A runner living in a Ray unit's actor; ``run`` sends the feeds and gets the outputs."""
+    """A runner living in a Ray unit's actor; ``run`` sends the feeds and gets the outputs;
+    ``run_deferred`` leaves the outputs on the node, for another Ray unit to read from there
+    (one transfer node to node instead of two through here)."""
+
+    deferred = True
 
     def __init__(self, unit: RayUnit, rid: int, inputs: tuple, outputs: tuple) -> None:
         self.unit, self.rid = unit, rid
@@ -521,8 +544,21 @@ class RayRunner(Runner):
         self.output_names = tuple(outputs)
         self._closed = False
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return self.unit.get(self.unit.submit("run", self.rid, dict(feeds)), "a run")
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        return materialize(self.run_deferred(feeds))
+
+    def run_deferred(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        names = list(feeds)
+        args = [v.ref if isinstance(v, RayValue) else v for v in feeds.values()]
+        _, actor, _ = self.unit._connect()
+        refs = actor.run.options(num_returns=1 + len(self.output_names)).remote(
+            self.rid, names, *args
+        )
+        sizes = self.unit.get(refs[0], "a run")  # waits for the run; raises if it failed
+        return {
+            n: RayValue(self.unit, r, b)
+            for n, r, b in zip(self.output_names, refs[1:], sizes, strict=True)
+        }
 
     def close(self) -> None:
         if self._closed:
