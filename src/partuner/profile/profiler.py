@@ -31,11 +31,9 @@ from __future__ import annotations
 
 import logging
 import math
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -312,25 +310,8 @@ def profile_model(
     nodes = graph.compute_nodes
     _drop_idle_units(graph, active, skipped)
     fleet = {n: u for n, u in active.items() if isinstance(u, RayUnit) and n not in remote}
-    if fleet and store is None:  # the nodes' rows need a store: a temporary one
-        with (
-            tempfile.TemporaryDirectory(prefix="partuner-") as d,
-            ProfileStore(Path(d) / "fleet.db") as temp,
-        ):
-            return profile_model(
-                graph,
-                units,
-                store=temp,
-                progress=progress,
-                budget_s=budget_s,
-                skip_unavailable=skip_unavailable,
-                calibrate=calibrate,
-                fuse=fuse,
-                fuse_auto=fuse_auto,
-                remote=remote,
-                link_sizes=link_sizes,
-                layers=layers,
-            )
+    if fleet and store is None:  # the nodes' rows need a store: one in memory
+        store = ProfileStore(":memory:")
     if fleet:  # profiled on their nodes first, then read from the store like remote units
         settings = {"budget_s": budget_s, "calibrate": calibrate, "layers": layers}
         settings.update(fuse=[list(f) for f in fuse or ()], fuse_auto=fuse_auto)
