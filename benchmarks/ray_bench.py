@@ -9,8 +9,9 @@ and ``b`` (onnxruntime, 1 thread) placed on them, beside the same units in this 
   charges it); and a chain plan of ``--parts`` partitions alternating between the two units,
   on the Ray units and on two local units, ``partuner.runtime.Session``, median of runs: the
   difference per partition is what a partition pays for running through Ray;
-* **profiling** ``MODEL`` on both units at once, each on its own node (``profile_model``, a
-  fresh store each time), against one unit and then the other (each alone, fresh stores);
+* **profiling** ``MODEL`` on two units at once, each on its own node (``profile_model``, a
+  fresh store each time; ``b`` is OpenVINO f32 here, as identical units would be profiled
+  only once), against one unit and then the other (each alone, fresh stores);
   ``--rounds`` rounds alternating which goes first; goal: parallel <= 0.6x sequential;
 * **batch**: ``evaluate_batch`` at ``--batch`` (64) across the two Ray units (the exact split,
   measured, outputs checked against the whole batch) against the sum of each node's own
@@ -53,9 +54,14 @@ GOAL_PROFILE, GOAL_BATCH = 0.6, 0.9
 ORT = {"backend": "onnxruntime", "threads": 1}
 
 
-def ray_units(address: str, names=("a", "b")) -> Any:
+OV = {"backend": "openvino", "threads": 1, "precision": "f32"}
+
+
+def ray_units(address: str, names=("a", "b"), kinds: dict | None = None) -> Any:
+    """Units ``a`` on node-a and ``b`` on node-b (onnxruntime, 1 thread, unless ``kinds``)."""
     res = {"a": "node-a", "b": "node-b"}
-    units = {n: {**ORT, "ray": {"resources": {res[n]: 1}}} for n in names}
+    kinds = kinds or {}
+    units = {n: {**kinds.get(n, ORT), "ray": {"resources": {res[n]: 1}}} for n in names}
     return units_from_mapping({"ray": {"address": address}, "units": units}, "ray bench")
 
 
@@ -122,7 +128,8 @@ def profiling(address: str, graph, rounds: int) -> dict[str, Any]:
     seq: list[float] = []
 
     def timed(names) -> float:
-        us = ray_units(address, names)
+        # two kinds of unit (identical units would be profiled once, on one node)
+        us = ray_units(address, names, {"b": OV})
         db = temp_dir("partuner-raybench-") / "p.db"
         t0 = time.perf_counter()
         with ProfileStore(db) as store:
@@ -242,7 +249,7 @@ def report(res: dict[str, Any]) -> None:
         f"{here:.2f} ms vs {nodes:.2f} ms (faster in {wins} of {len(ab['through here'])} rounds) |"
     )
     print(
-        f"| profiling {res['model']} on 2 units | one after the other: "
+        f"| profiling {res['model']} on 2 units (onnxruntime, OpenVINO) | one after the other: "
         f"{statistics.median(p['sequential_s']):.1f} s | each on its node at once: "
         f"{statistics.median(p['parallel_s']):.1f} s ({p['ratio']:.2f}x) |"
     )

@@ -8,6 +8,7 @@ cluster tests are skipped; the units-file checks run everywhere.
 
 from __future__ import annotations
 
+import logging
 import socket
 
 import numpy as np
@@ -173,11 +174,12 @@ def test_a_backend_that_cannot_run_on_its_node_says_so(cluster):
 
 
 def test_profiling_runs_on_the_nodes_and_is_stored_here(cluster, small, tmp_path):
-    us = _units(cluster.address, a=ON_A, b=ON_B)
+    us = _units(cluster.address, a=ON_A, b={**ON_B, "optimization": "extended"})
     db = tmp_path / "p.db"
     with ProfileStore(db) as store:
         prof = profile_model(small, us, store=store)
-        assert prof.measured == 0  # nothing timed here: rows came from the nodes
+        assert us["a"].fingerprint() != us["b"].fingerprint()
+        assert prof.measured > 0  # the rows the nodes timed
         for name in ("a", "b"):
             fp = us[name].fingerprint()
             rows = dict(store.rows(fp))
@@ -295,3 +297,14 @@ def test_values_between_two_ray_units_stay_on_the_nodes(cluster, small):
         via_here = r1.run(materialize(ins))
     for k in direct:
         np.testing.assert_array_equal(direct[k], via_here[k])
+
+
+def test_identical_units_on_two_nodes_are_profiled_once(cluster, small, tmp_path, caplog):
+    us = _units(cluster.address, a=ON_A, b=ON_B)
+    assert us["a"].fingerprint() == us["b"].fingerprint()  # one kind of board
+    with caplog.at_level(logging.INFO, logger="partuner.profile"):
+        with ProfileStore(tmp_path / "p.db") as store:
+            prof = profile_model(small, us, store=store)
+    done = [r.getMessage() for r in caplog.records if "profiled on Ray node" in r.getMessage()]
+    assert len(done) == 1, done
+    assert all(c["a"] == c["b"] for c in prof.costs.values())

@@ -98,8 +98,8 @@ class BatchResult:
         the whole batch (None otherwise, or when a modeled unit makes the times emulated)."""
         best = self.best_single()
         run = self.run
-        if best is None or run.modeled or best[1]["modeled"]:
-            return None
+        if best is None or run.modeled or best[1]["modeled"] or run.retried:
+            return None  # (a unit lost mid-batch: the split did not run as made)
         if [u for u, b in run.split.sizes.items() if b > 0] == [best[0]]:
             return None  # the split is that unit alone
         split_ms, alone_ms = run.stats.median_us / 1e3, float(best[1]["median_ms"])
@@ -124,6 +124,7 @@ class BatchResult:
             "unit_predicted_ms": {u: t / 1e3 for u, t in run.split.unit_us.items()},
             "unit_measured_ms": {u: t / 1e3 for u, t in run.stats.unit_us.items()},
             "check": run.check.to_dict(),
+            "retried": dict(run.retried),
             "modeled": run.modeled,
             "timing": "emulated on the host" if run.modeled else "measured",
             "loses_to_single": self.loses_to_single(),

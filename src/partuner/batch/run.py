@@ -224,7 +224,8 @@ def run_split(
                             ) from None
                         lost.add(u)
                         got[u] = exc
-                for u, start, stop, p in jobs:  # shares of lost units, on the fastest left
+                        log.warning("%s; its share runs on the fastest unit left (--retry)", exc)
+                for u, _, _, p in jobs:  # shares of lost units, on the fastest left
                     if isinstance(got.get(u), tuple):
                         continue
                     ok = {v: r for v, r in got.items() if isinstance(r, tuple)}
@@ -234,10 +235,6 @@ def run_split(
                             " nothing left to run the batch on"
                         )
                     other = min(ok, key=lambda v: ok[v][1] / max(_items(ok[v][0]), 1))
-                    if u not in retried:
-                        log.warning(
-                            "unit %s was lost; its %d items run on %s", u, stop - start, other
-                        )
                     retried[u] = other
                     got[u] = work(other, p)
                 results = [got[u] for u, _, _, _ in jobs]

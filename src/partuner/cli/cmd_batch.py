@@ -167,7 +167,10 @@ def _print_result(res: dict[str, Any]) -> None:
         ("greedy split (seed)", b["greedy"]),
         ("even split", b["even"]),
     ):
-        rows.append((what, _sizes(r["split"]), r["predicted_ms"], _timed(r), r["throughput"]))
+        moved = "".join(f", {u}'s items on {v}" for u, v in (r.get("retried") or {}).items())
+        rows.append(
+            (what, _sizes(r["split"]) + moved, r["predicted_ms"], _timed(r), r["throughput"])
+        )
     s = b["best_single"]
     if s is not None:
         rows.append(

@@ -142,9 +142,13 @@ def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
             console.print(
                 f"  Ray cluster {cluster['address']}: [red]unreachable[/red]: {cluster['reason']}"
             )
+    ray = {r["name"] for r in rows if r["ray_node"]}
     for link in links:
         how = "declared" if link["declared"] else "default (measured at profile time for "
-        how += "" if link["declared"] else "units sharing host memory)"
+        if not link["declared"] and ray & {link["a"], link["b"]}:
+            how += "a Ray unit: a hand-off here, and what Ray moves per MB)"
+        else:
+            how += "" if link["declared"] else "units sharing host memory)"
         console.print(
             f"  link {link['a']}-{link['b']}: {link['latency_us']:g} us + "
             f"bytes / {link['gbps']:g} GB/s ({how})"

@@ -103,9 +103,10 @@ def profile_on_nodes(
     store: ProfileStore,
     settings: dict[str, Any],
     progress: Callable[[str], None] | None = None,
-) -> dict[str, str]:
-    """Profile each of ``units`` on its node (nodes in parallel) unless ``store`` holds the
-    model's rows for it; returns unit name -> the fingerprint its rows are stored under.
+) -> tuple[dict[str, str], int]:
+    """Profile each of ``units`` on its node (nodes in parallel; one unit per fingerprint)
+    unless ``store`` holds the model's rows for it; returns unit name -> the fingerprint its
+    rows are stored under, and how many rows the nodes timed.
 
     Raises whatever profiling raised on a node (a partuner error as itself), or
     :class:`~partuner.units.ray_unit.RayNodeLost` naming a node lost meanwhile; the rows of
@@ -113,9 +114,13 @@ def profile_on_nodes(
     """
     fps = {name: u.fingerprint() for name, u in units.items()}
     mark = FLEET_SIG.format(model_digest(graph), _settings_key(settings))
-    todo = [u for name, u in units.items() if store.get(fps[name], mark) is None]
+    first: dict[str, RayUnit] = {}  # one unit per fingerprint: identical boards share rows
+    for name, u in units.items():
+        if store.get(fps[name], mark) is None:
+            first.setdefault(fps[name], u)
+    todo = list(first.values())
     if not todo:
-        return fps
+        return fps, 0
     known = {u.name: _known(store, fps[u.name]) for u in todo}
     by_node: dict[str, list[RayUnit]] = {}
     for u in todo:
@@ -133,6 +138,7 @@ def profile_on_nodes(
         return out
 
     failure: BaseException | None = None
+    got = 0
     with ThreadPoolExecutor(max_workers=len(by_node), thread_name_prefix="fleet") as pool:
         futs = [pool.submit(one_node, g) for g in by_node.values()]
         for fut in as_completed(futs):
@@ -146,11 +152,12 @@ def profile_on_nodes(
                 for sig, fields in rows:
                     store.put(fp, sig, Measurement(*fields), description=desc)
                 store.put(fp, mark, Measurement(wall * 1e6, wall * 1e6, wall * 1e6, 1))
+                got += len(rows)
                 if progress is not None:
                     progress(f"{u.name}: profiled on Ray node {u.node()} in {wall:.1f} s")
     if failure is not None:
         raise failure
-    return fps
+    return fps, got
 
 
 def _fit(points: Sequence[tuple[int, float]]) -> float:

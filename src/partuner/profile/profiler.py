@@ -310,12 +310,14 @@ def profile_model(
     nodes = graph.compute_nodes
     _drop_idle_units(graph, active, skipped)
     fleet = {n: u for n, u in active.items() if isinstance(u, RayUnit) and n not in remote}
+    timed_there = 0  # rows Ray nodes timed now (then read back from the store)
     if fleet and store is None:  # the nodes' rows need a store: one in memory
         store = ProfileStore(":memory:")
     if fleet:  # profiled on their nodes first, then read from the store like remote units
         settings = {"budget_s": budget_s, "calibrate": calibrate, "layers": layers}
         settings.update(fuse=[list(f) for f in fuse or ()], fuse_auto=fuse_auto)
-        remote.update(profile_on_nodes(graph, fleet, store, settings, log.info))
+        on_nodes, timed_there = profile_on_nodes(graph, fleet, store, settings, log.info)
+        remote.update(on_nodes)
     order = [n.name for n in nodes]
     sig_of = {n.name: node_signature(graph, n) for n in nodes}
     rep: dict[str, str] = {}  # signature -> first node with it
@@ -335,7 +337,8 @@ def profile_model(
     for name, fp in fps.items():
         by_fp.setdefault((fp, active[name].ops), []).append(name)
     total = len(by_fp) * (len(rep) + len(grep) + 2) + 1
-    done = measured = reused = 0
+    done = reused = 0
+    measured = timed_there
     missing: list[tuple[str, str]] = []
 
     def tick(what: str) -> None:
@@ -545,7 +548,7 @@ def profile_model(
         link_sources=lp.sources,
         signatures=len(rep),
         measured=measured,
-        reused=reused,
+        reused=max(reused - timed_there, 0),
         unsupported=unsupported,
         failed=failed,
         skipped_units=skipped,

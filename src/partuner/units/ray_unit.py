@@ -17,8 +17,9 @@ partition and per byte.
 Ray is an optional extra (``pip install partuner[ray]``), imported only when a units file places
 a unit on a cluster. Nothing is started: the cluster must be running (``ray start --head`` on
 one machine, ``ray start --address HEAD:6379 --resources '{"board-a": 1}'`` on each board).
-A host:port address is probed with a plain TCP connection first (Ray itself waits minutes on an
-address nobody answers).
+Before connecting, the address is probed: a plain TCP connection, then ``ray.init`` in a child
+process killed after :data:`PROBE_INIT_S` (Ray itself waits minutes, and ignores SIGTERM, on an
+address nobody answers, one that is not Ray's, or a cluster that wants a token it lacks).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ import logging
 import math
 import re
 import socket
+import subprocess
+import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +61,8 @@ log = logging.getLogger(__name__)
 PLACE_TIMEOUT_S = 60.0
 #: seconds a TCP probe of the cluster address may take
 PROBE_TIMEOUT_S = 3.0
+#: seconds a child process may take to connect to the cluster before it counts as refusing
+PROBE_INIT_S = 30.0
 INSTALL_HINT = "pip install 'partuner[ray]' (here and on every node)"
 
 
@@ -90,7 +95,7 @@ def parse_placement(value: object) -> RayPlacement:
     if not isinstance(res, Mapping) or not res:
         raise UnitError(
             f"option 'ray' needs 'resources': the custom resources of the node to run on, "
-            f"like {example}; got {res!r}"
+            f"like {example}; got {dict(value)!r}"
         )
     out: dict[str, float] = {}
     for k, v in res.items():
@@ -162,6 +167,7 @@ class RayCluster:
 
     address: str = "auto"
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _failed: str | None = field(default=None, repr=False, compare=False)
 
     def connect(self) -> Any:
         """The ``ray`` module, connected to this cluster; raises UnitUnavailableError."""
@@ -169,16 +175,13 @@ class RayCluster:
         with self._lock:
             if ray.is_initialized():
                 return ray
-            if self.address != "auto":
-                host, port = _host_port(self.address)
-                try:
-                    socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
-                except OSError as exc:
-                    raise UnitUnavailableError(
-                        f"the Ray cluster at {self.address} is unreachable "
-                        f"({exc.strerror or _first_line(exc)}); start it (ray start --head) or "
-                        "fix 'ray: {address: ...}' in the units file"
-                    ) from None
+            if self._failed is not None:  # asked once in this process: the same answer
+                raise UnitUnavailableError(self._failed)
+            try:
+                self._probe()
+            except UnitUnavailableError as exc:
+                self._failed = str(exc)
+                raise
             try:
                 ray.init(
                     address=self.address,
@@ -191,7 +194,51 @@ class RayCluster:
                     f"cannot connect to the Ray cluster at {self.address!r}: {_first_line(exc)}; "
                     "start one (ray start --head) or fix 'ray: {address: ...}' in the units file"
                 ) from None
+            try:  # Ray's own notices (a node marked dead...) on stdout would break --json
+                ray._private.worker._worker_logs_enabled = False
+            except AttributeError:
+                pass
         return ray
+
+    def _probe(self) -> None:
+        """Fail in one line, within seconds, where ``ray.init`` would wait minutes: nothing
+        listens at the address (a TCP connect), or what listens is not a Ray cluster that lets
+        us in (a connect in a child process, killed after :data:`PROBE_INIT_S`)."""
+        if self.address != "auto":
+            host, port = _host_port(self.address)
+            try:
+                socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
+            except OSError as exc:
+                raise UnitUnavailableError(
+                    f"the Ray cluster at {self.address} is unreachable "
+                    f"({exc.strerror or _first_line(exc)}); start it (ray start --head) or "
+                    "fix 'ray: {address: ...}' in the units file"
+                ) from None
+        code = (
+            "import logging, sys, ray; "
+            "ray.init(address=sys.argv[1], logging_level=logging.ERROR, log_to_driver=False)"
+        )
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", code, self.address],
+                capture_output=True,
+                text=True,
+                timeout=PROBE_INIT_S,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            raise UnitUnavailableError(
+                f"the Ray cluster at {self.address} did not let us connect within "
+                f"{PROBE_INIT_S:g} s: is it a Ray cluster's address (ray start prints it), and "
+                "does it ask for a token (set RAY_AUTH_MODE / RAY_AUTH_TOKEN as for `ray start`)?"
+            ) from None
+        if done.returncode != 0:
+            why = [ln.strip() for ln in done.stderr.splitlines() if "Error" in ln.split(":")[0]]
+            raise UnitUnavailableError(
+                f"cannot connect to the Ray cluster at {self.address!r}: "
+                f"{(why[-1] if why else 'ray.init failed')[:300]}; start one (ray start --head) "
+                "or fix 'ray: {address: ...}' in the units file"
+            )
 
     def nodes(self) -> list[dict[str, Any]]:
         """The cluster's live nodes: ``{"ip", "resources" (custom ones), "id"}``."""
@@ -227,89 +274,15 @@ class RayCluster:
         )
 
 
-class _UnitActor:
-    """What runs on the node: the backend unit, its runners, and helpers for measuring."""
-
-    def __init__(self, name: str, spec: dict[str, Any]) -> None:
-        from partuner.units.base import make_unit
-
-        options = dict(spec)
-        backend = options.pop("backend")
-        self.unit = make_unit(name, backend, **options)
-        self.runners: dict[int, Runner] = {}
-        self.count = 0
-
-    def info(self) -> dict[str, Any]:
-        import ray
-
-        from partuner import __version__
-        from partuner.units.base import host_cpu_model
-
-        ok, why = self.unit.availability()
-        return {
-            "node_id": ray.get_runtime_context().get_node_id(),
-            "ip": ray.util.get_node_ip_address(),
-            "hostname": socket.gethostname(),
-            "host": host_cpu_model(),
-            "available": ok,
-            "reason": why,
-            "fingerprint": self.unit.fingerprint(),
-            "backend_version": self.unit.backend_version(),
-            "partuner": __version__,
-        }
-
-    def prepare(self, model: bytes, alone: bool) -> tuple[int, tuple, tuple]:
-        import onnx
-
-        unit = self.unit.alone() if alone else self.unit
-        runner = unit.prepare(onnx.load_from_string(model))
-        self.count += 1
-        self.runners[self.count] = runner
-        return self.count, tuple(runner.input_names), tuple(runner.output_names)
-
-    def run(self, rid: int, names: list[str], *values: Any) -> tuple:
-        """Run runner ``rid`` on ``names`` -> ``values`` (Ray resolved any object refs among
-        them, fetching from the node that holds them); returns the outputs' sizes, then the
-        outputs in ``output_names`` order (one object each)."""
-        runner = self.runners[rid]
-        out = runner.run(dict(zip(names, values, strict=True)))
-        arrays = [out[n] for n in runner.output_names]
-        return (tuple(int(getattr(a, "nbytes", 0)) for a in arrays), *arrays)
-
-    def close(self, rid: int) -> None:
-        runner = self.runners.pop(rid, None)
-        if runner is not None:
-            runner.close()
-
-    def layer_profile(self, model: bytes, feeds: dict[str, Any], runs: int) -> Any:
-        import onnx
-
-        return self.unit.layer_profile(onnx.load_from_string(model), feeds, runs)
-
-    def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(unit, *args)`` on the node: partuner's own functions (profiling), never code
-        read from a file."""
-        return fn(self.unit, *args)
-
-    def ping(self) -> None:
-        return None
-
-    def take(self, x: Any) -> None:
-        return None
-
-    def give(self, nbytes: int) -> Any:
-        import numpy as np
-
-        return np.ones(nbytes, dtype=np.uint8)
-
-
 _ACTOR_CLASS: Any = None
 
 
 def _actor_class(ray: Any) -> Any:
     global _ACTOR_CLASS
     if _ACTOR_CLASS is None:
-        _ACTOR_CLASS = ray.remote(_UnitActor)
+        from partuner.units.ray_actor import UnitActor
+
+        _ACTOR_CLASS = ray.remote(UnitActor)
     return _ACTOR_CLASS
 
 
