@@ -198,7 +198,7 @@ SUITE = [
         "Units on a Ray cluster (issue 19): a real local cluster of two raylets on this machine "
         "(one CPU each, custom resources `node-a` and `node-b`), an onnxruntime unit (1 thread) "
         "placed on each. What a call through Ray costs against the same call in this process; "
-        "profiling the model on two units (onnxruntime, OpenVINO f32) at once, each on its own "
+        "profiling the model on two units (onnxruntime, two fingerprints) at once, each on its own "
         "node, against one after the other (fresh stores, rounds alternating which goes "
         "first); a batch split across the two nodes by `evaluate_batch` against the sum of "
         "each node's own throughput on the batch. Outputs checked against the whole model. "
