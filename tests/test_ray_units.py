@@ -308,3 +308,12 @@ def test_identical_units_on_two_nodes_are_profiled_once(cluster, small, tmp_path
     done = [r.getMessage() for r in caplog.records if "profiled on Ray node" in r.getMessage()]
     assert len(done) == 1, done
     assert all(c["a"] == c["b"] for c in prof.costs.values())
+
+
+def test_the_transport_rate_is_the_slope_per_byte_and_zero_within_the_noise():
+    from partuner.profile.fleet import _per_byte
+
+    steep = {n: [100.0 + n * 0.002 + d for d in (-1.0, 0.0, 1.0)] for n in (0, 1 << 16, 1 << 20)}
+    assert _per_byte(steep) == pytest.approx(0.002, rel=1e-6)
+    flat = {n: [100.0 + d for d in (-5.0, 0.0, 5.0)] for n in (0, 1 << 16, 1 << 20)}
+    assert _per_byte(flat) == 0.0

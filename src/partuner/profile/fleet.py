@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import socket
 import statistics
 import tempfile
@@ -39,7 +40,7 @@ import numpy as np
 from partuner.graph import ModelGraph
 from partuner.profile.signature import model_digest
 from partuner.profile.store import FAILED, OK, Measurement, ProfileStore
-from partuner.profile.transfer import handoff, put_rows, stored_rows
+from partuner.profile.transfer import fit_link, handoff, put_rows, stored_rows
 from partuner.units import Unit, UnitSet
 from partuner.units.ray_unit import RayUnit
 
@@ -141,35 +142,36 @@ def profile_on_nodes(
     got = 0
     with ThreadPoolExecutor(max_workers=len(by_node), thread_name_prefix="fleet") as pool:
         futs = [pool.submit(one_node, g) for g in by_node.values()]
-        for fut in as_completed(futs):
-            try:
-                done = fut.result()
-            except BaseException as exc:  # the others' rows are still stored
-                failure = failure or exc
-                continue
-            for u, rows, wall in done:
-                fp, desc = fps[u.name], str(u.describe())
-                for sig, fields in rows:
-                    store.put(fp, sig, Measurement(*fields), description=desc)
-                store.put(fp, mark, Measurement(wall * 1e6, wall * 1e6, wall * 1e6, 1))
-                got += len(rows)
-                if progress is not None:
-                    progress(f"{u.name}: profiled on Ray node {u.node()} in {wall:.1f} s")
+        try:
+            for fut in as_completed(futs):
+                try:
+                    done = fut.result()
+                except Exception as exc:  # the others' rows are still stored
+                    failure = failure or exc
+                    continue
+                for u, rows, wall in done:
+                    fp, desc = fps[u.name], str(u.describe())
+                    for sig, fields in rows:
+                        store.put(fp, sig, Measurement(*fields), description=desc)
+                    store.put(fp, mark, Measurement(wall * 1e6, wall * 1e6, wall * 1e6, 1))
+                    got += len(rows)
+                    if progress is not None:
+                        progress(f"{u.name}: profiled on Ray node {u.node()} in {wall:.1f} s")
+        except BaseException:  # Ctrl-C, a store error: end the actors, so no thread waits on
+            for u in todo:  # a node's profile before the pool lets go
+                u.release()
+            raise
     if failure is not None:
         raise failure
     return fps, got
 
 
-def _fit(points: Sequence[tuple[int, float]]) -> float:
-    """µs per byte: the least-squares slope of (bytes, µs) through the zero-byte point."""
-    x = np.array([p[0] for p in points], dtype=float)
-    y = np.array([p[1] for p in points], dtype=float)
-    y = y - y[x == 0].mean() if (x == 0).any() else y
-    keep = x > 0
-    if not keep.any():
-        return 0.0
-    slope = float(x[keep] @ y[keep] / (x[keep] @ x[keep]))
-    return max(slope, 0.0)
+def _per_byte(samples: Mapping[int, list[float]]) -> float:
+    """µs per byte of the transfer times per size: the slope of :func:`fit_link` (0 when it
+    is within the noise)."""
+    points = [(n, statistics.median(v), *np.percentile(v, [10, 90])) for n, v in samples.items()]
+    fit = fit_link(points)
+    return 0.0 if math.isinf(fit.gbps) else 1.0 / (fit.gbps * 1e3)
 
 
 def _measure_transport(unit: RayUnit) -> Measurement:
@@ -196,8 +198,7 @@ def _measure_transport(unit: RayUnit) -> Measurement:
                 took[n].append((t1 - t0) * 1e6)
                 gave[n].append((t2 - t1) * 1e6)
     call = statistics.median(ping)
-    rate_in = _fit([(n, statistics.median(v)) for n, v in took.items()])
-    rate_out = _fit([(n, statistics.median(v)) for n, v in gave.items()])
+    rate_in, rate_out = _per_byte(took), _per_byte(gave)
     detail = {"in_us_per_byte": rate_in, "out_us_per_byte": rate_out, "sizes": TRANSPORT_SIZES}
     q = np.percentile(ping, [10, 90])
     return Measurement(call, float(q[0]), float(q[1]), len(ping), OK, json.dumps(detail))

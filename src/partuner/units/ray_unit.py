@@ -447,10 +447,6 @@ class RayUnit(Unit):
             return self.inner.fingerprint() + "-ray-unplaced"
         return info["fingerprint"] + "-ray"
 
-    def node_fingerprint(self) -> str:
-        """The inner unit's fingerprint as computed on its node (what its rows there use)."""
-        return self._connect()[2]["fingerprint"]
-
     def prepare(self, model: onnx.ModelProto) -> Runner:
         ok, why = self.availability()
         if not ok:
