@@ -17,10 +17,11 @@ and ``b`` (onnxruntime, 1 thread) placed on them, beside the same units in this 
 * **batch**: ``evaluate_batch`` at ``--batch`` (64) across the two Ray units (the exact split,
   measured, outputs checked against the whole batch) against the sum of each node's own
   throughput alone on the batch (the physical limit), for each of ``--batch-models`` (a light
-  model, where moving the inputs weighs most, and a heavier one); goal: >= 90 %.
+  model, where moving the inputs weighs most, a heavier one, and a real exported one from
+  ../shared when it is there); goal: >= 90 %.
 
     python benchmarks/ray_bench.py [--model squeezenet] [--batch 64] [--rounds 3] [--quick]
-        [--batch-models squeezenet,resnet18]
+        [--batch-models squeezenet,resnet18,shared:resnet18]
 
 Writes benchmarks/results/ray.json and prints a markdown table with the goal lines.
 """
@@ -39,7 +40,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, median_us, temp_dir, write_result  # noqa: E402
+import onnx  # noqa: E402
+from common import machine, median_us, shared_model, temp_dir, write_result  # noqa: E402
 
 from partuner.batch import BatchModel, evaluate_batch  # noqa: E402
 from partuner.export import PartitionSpec, cut  # noqa: E402
@@ -165,7 +167,13 @@ def profiling(address: str, graph, rounds: int) -> dict[str, Any]:
 
 
 def batch(address: str, model: str, size: int, b: int, repeat: int) -> dict[str, Any]:
-    bm = BatchModel(zoo.build(model, image_size=size), f"zoo:{model}@{size}")
+    if model.startswith("shared:"):  # a real exported model (../shared), weights grown back
+        path = shared_model(model.split(":", 1)[1], temp_dir("partuner-raybench-"))
+        if path is None:
+            return {"model": model, "skipped": "../shared/models absent"}
+        bm = BatchModel(onnx.load(path), model)
+    else:
+        bm = BatchModel(zoo.build(model, image_size=size), f"zoo:{model}@{size}")
     us = ray_units(address)
     db = temp_dir("partuner-raybench-") / "b.db"
     with ProfileStore(db) as store:
@@ -192,7 +200,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--batch-image", type=int, default=224, help="image size of the batch models")
-    ap.add_argument("--batch-models", default="squeezenet,resnet18")
+    ap.add_argument("--batch-models", default="squeezenet,resnet18,shared:resnet18")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--parts", type=int, default=8)
     ap.add_argument("--runs", type=int, default=50)
@@ -266,6 +274,7 @@ def report(res: dict[str, Any]) -> None:
         f"{statistics.median(p['parallel_s']):.1f} s ({p['ratio']:.2f}x; "
         f"{p['over_slowest']:.2f}x the slower alone) |"
     )
+    res = {**res, "batch": [b for b in res["batch"] if "skipped" not in b]}
     for b in res["batch"]:
         print(
             f"| {b['model']}: batch of {b['batch']} split {b['split']} | sum of each node "
