@@ -134,6 +134,8 @@ def unit_rows(graph, units, prof, npus: list[str]) -> dict[str, Any]:
         row: dict[str, Any] = {"costs_from": up.costs_from, "modeled": up.modeled}
         row["whole_ms"] = None if up.whole_us is None else up.whole_us / 1e3
         row["layer_error"] = up.layer_additivity_error
+        row["per_partition_us"] = up.overhead_us
+        row["plan_extra_us"] = up.plan_extra_us  # in per_partition_us (profile/cycle.py)
         if name in npus:
             can = sum(n.flops for n in graph.compute_nodes if units[name].supports(n, graph))
             row["flops_share"] = can / graph.total_flops if graph.total_flops else 0.0
@@ -439,7 +441,9 @@ def print_table(results: list[dict[str, Any]]) -> None:
             u = res["units"][npu]
             head += (
                 f" ({npu}: {u['flops_share']:.0%} of FLOPs, {len(u['regions'])} regions, "
-                f"worst region error {_pct(u['region_error'])})"
+                f"worst region error {_pct(u['region_error'])}, "
+                f"{u.get('per_partition_us', 0):.0f} us per partition, of which "
+                f"{u.get('plan_extra_us', 0):.0f} as a plan runs its regions)"
             )
         extra = res.get("modeled_rows")
         for i, r in enumerate(res["rows"] + (extra if isinstance(extra, list) else [])):

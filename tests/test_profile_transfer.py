@@ -41,7 +41,7 @@ def test_fit_says_zero_copy_when_the_slope_is_within_the_spread():
 
 def test_link_rows_are_keyed_by_sorted_fingerprints():
     assert tr.link_signature("b", "a", 4096) == tr.link_signature("a", "b", 4096)
-    assert tr.link_signature("b", "a", 4096) == ("a", "__link__#a#b#4096")
+    assert tr.link_signature("b", "a", 4096) == ("a", "__link2__#a#b#4096")
 
 
 def test_combine_adds_the_hand_off_and_each_device_copy():

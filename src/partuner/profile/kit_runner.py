@@ -14,6 +14,7 @@ between two threads, and records what the unit's fingerprint is on this machine.
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import hashlib
 import json
@@ -92,37 +93,39 @@ def time_call(fn, budget_s: float, min_repeats: int = 5, max_repeats: int = 200)
     return [float(np.median(a)), float(np.percentile(a, 10)), float(np.percentile(a, 90)), n]
 
 
-def handoff(sizes: list, rounds: int = 60) -> dict:
-    """Half a ping-pong handing an array of each size to another thread (no copy)."""
+def handoff(sizes: list, rounds: int = 60, work_us: float = 200.0) -> dict:
+    """Hand an array of each size to another thread through a raw lock (no copy), each thread
+    computing ``work_us`` before passing it on; timed from the release to the moment the
+    waiting thread runs (as partuner's ``transfer.handoff``)."""
     arrays = {n: np.zeros(max(n // 4, 1), dtype=np.float32) for n in sizes}
-    values: dict = {}
-    ping, pong = threading.Event(), threading.Event()
-    stop = []
+    order = [n for _ in range(rounds + 5) for n in sizes]
+    steps = len(order)
+    gates = [_thread.allocate_lock() for _ in range(steps)]
+    for g in gates:
+        g.acquire()
+    sent, woke = [0.0] * steps, [0.0] * steps
+    box: dict = {}
+    scratch = [np.ones(4096, dtype=np.float32) for _ in range(2)]
 
-    def echo() -> None:
-        while True:
-            ping.wait()
-            ping.clear()
-            if stop:
-                return
-            values["back"] = values["x"]
-            pong.set()
+    def lane(side: int) -> None:
+        for j in range(side, steps, 2):
+            if j:
+                gates[j - 1].acquire()
+                woke[j] = time.perf_counter()
+            until = time.perf_counter() + work_us * 1e-6
+            while time.perf_counter() < until:
+                np.multiply(scratch[side], 1.0, out=scratch[side])
+            box[j] = arrays[order[j]]
+            sent[j] = time.perf_counter()
+            gates[j].release()
 
-    t = threading.Thread(target=echo, daemon=True)
+    t = threading.Thread(target=lane, args=(1,), daemon=True)
     t.start()
+    lane(0)
+    t.join(timeout=10.0)
     samples: dict = {n: [] for n in sizes}
-    for r in range(rounds + 5):
-        for n in sizes:
-            t0 = time.perf_counter()
-            values["x"] = arrays[n]
-            ping.set()
-            pong.wait()
-            pong.clear()
-            if r >= 5:
-                samples[n].append((time.perf_counter() - t0) * 1e6 / 2)
-    stop.append(True)
-    ping.set()
-    t.join(timeout=1.0)
+    for j in range(5 * len(sizes), steps):
+        samples[order[j - 1]].append((woke[j] - sent[j - 1]) * 1e6)
     out = {}
     for n, s in samples.items():
         a = np.asarray(s)

@@ -107,6 +107,8 @@ class UnitProfile:
     wake_us: float = 0.0  # in overhead_us: a partition started after its unit was idle
     layer_wall_us: float | None = None  # the per-layer profile's own runs, their median time
     ray_call_us: float = 0.0  # in overhead_us: a call through Ray (a unit on a Ray node)
+    #: in overhead_us: what a restricted unit's region costs more in a plan than alone
+    plan_extra_us: float = 0.0
 
     @property
     def additivity_error(self) -> float | None:
@@ -500,6 +502,7 @@ def profile_model(
         elif reg is not None:  # in context, region by region; fusion is in the costs
             base.update(reg.costs(overhead))
             mine = [(c, sum(base[m] for m in c)) for c, _ in mine]
+            overhead += reg.plan_extra_us  # a region in a plan: profile/cycle.py
         finite = math.isfinite(parts)
         for name in names:
             uprof[name] = UnitProfile(
@@ -519,6 +522,7 @@ def profile_model(
                 regions=() if reg is None else reg.stats,
                 wake_us=wake,
                 layer_wall_us=None if lmap is None else layer_wall,
+                plan_extra_us=0.0 if reg is None else reg.plan_extra_us,
             )
             for n in order:
                 costs[n][name] = base[n] * scale

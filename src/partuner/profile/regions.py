@@ -29,12 +29,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from partuner.export.cut import cut_nodes
 from partuner.graph import ModelGraph, load_model
 from partuner.profile.context import ChainFit, fit_chain_costs, measure_chains, measure_wake
+from partuner.profile.cycle import CYCLE_MAX_REGIONS, measure_cycle
 from partuner.profile.layers import layer_row, map_layers, read_layers
 from partuner.profile.measure import failure, random_feeds, time_model
 from partuner.profile.outputs import measure_outputs
@@ -89,6 +91,9 @@ class RegionCosts:
     base: dict[str, float]  # node -> in-context µs (unscaled), for nodes of timed regions
     fit: ChainFit | None  # the largest timed region cut into chunks
     wake_us: float = 0.0  # what a partition costs more after its unit idled (largest region)
+    #: what a region costs more in a plan than alone, beyond what the per-partition and
+    #: per-byte costs charge already (the median over the regions; profile/cycle.py)
+    plan_extra_us: float = 0.0
 
     def costs(self, overhead_us: float) -> dict[str, float]:
         """Node costs scaled per region so that ``overhead_us`` + its nodes = its time."""
@@ -219,14 +224,17 @@ def profile_regions(
                     source = "layers"
         base.update(mine)
         stats.append(RegionStat(nodes, row.median_us, parts, source, "", wall))
-    fit, wake = _fit_largest(unit, graph, stats, sub, look, budget_s)
+    fit, wake, out_rate = _fit_largest(unit, graph, stats, sub, look, budget_s)
+    extra = 0.0
+    if fit is not None:
+        extra = _plan_extra(unit, graph, stats, look, digest, budget_s, fit, out_rate)
     big = _largest(graph, stats)
     if fit is not None and big is not None and big.whole_us is not None:
         # the fit timed the largest region whole twice more, apart from its own row: a moment
         # of load on the machine skews the region's every node cost, so the smallest counts
         i = stats.index(big)
         stats[i] = replace(big, whole_us=min(big.whole_us, fit.whole_us))
-    return RegionCosts(tuple(stats), base, fit, wake)
+    return RegionCosts(tuple(stats), base, fit, wake, extra)
 
 
 def _largest(graph: ModelGraph, stats: list[RegionStat]) -> RegionStat | None:
@@ -244,24 +252,65 @@ def _fit_largest(
     sub: dict[tuple[str, ...], ModelGraph],
     look: Lookup,
     budget_s: float,
-) -> tuple[ChainFit | None, float]:
+) -> tuple[ChainFit | None, float, float]:
     """The cost of cutting, fitted on the largest timed region cut into chunks (less what
     writing out costs: :func:`~partuner.profile.outputs.measure_outputs`, stored once per
     unit), and what a chunk costs more after its unit idled
-    (:func:`~partuner.profile.context.measure_wake`)."""
+    (:func:`~partuner.profile.context.measure_wake`), and the unit's cost per byte written out."""
     big = _largest(graph, stats)
     if big is None or len(big.nodes) < 4:
-        return None, 0.0
+        return None, 0.0, 0.0
     rgraph = sub.get(big.nodes)
     if rgraph is None:
         try:
             rgraph = load_model(cut_nodes(graph, "region", big.nodes, check=False)[0])
         except Exception:  # noqa: BLE001 - without it, cuts cost the no-op call
-            return None, 0.0
+            return None, 0.0, 0.0
     digest, budget = model_digest(rgraph), max(budget_s, 0.5)
     out_rate = measure_outputs(unit, lambda s, m: look(s, m), budget)
     points = measure_chains(unit, rgraph, lambda s, m: look(s, m), digest, budget)
     fit = fit_chain_costs(points, out_rate)
     if fit is None:
-        return None, 0.0
-    return fit, measure_wake(unit, rgraph, lambda s, m: look(s, m), digest, budget)
+        return None, 0.0, 0.0
+    return fit, measure_wake(unit, rgraph, lambda s, m: look(s, m), digest, budget), out_rate
+
+
+def _plan_extra(
+    unit: Unit,
+    graph: ModelGraph,
+    stats: list[RegionStat],
+    look: Lookup,
+    digest: str,
+    budget_s: float,
+    fit: ChainFit,
+    out_rate: float,
+) -> float:
+    """What a region run as a plan runs it costs more than the planner charges a partition
+    that is the whole region (its time alone and the per-byte costs of what it reads and
+    writes): the median over the timed regions, at least 0 (profile/cycle.py)."""
+    timed = [r for r in stats if r.whole_us is not None and r.source != "isolated"]
+    timed = sorted(timed, key=lambda r: -(r.whole_us or 0.0))[:CYCLE_MAX_REGIONS]
+    timed.sort(key=lambda r: graph.node(r.nodes[0]).index)
+    if len(timed) < 2:
+        return 0.0
+    regions, charged = [], []
+    for r in timed:
+        try:
+            model, ins, outs = cut_nodes(graph, "region", r.nodes, check=False)
+        except Exception:  # noqa: BLE001 - it was cut before; without it, no extra
+            return 0.0
+        regions.append((model, random_feeds(graph, ins)))
+        nin = sum(graph.values[v].nbytes for v in ins)
+        nout = sum(graph.values[v].nbytes for v in outs)
+        charged.append(nin * fit.per_byte_us + nout * out_rate)
+    key = _region_key(digest, tuple(n for r in timed for n in r.nodes))
+    per = measure_cycle(
+        unit,
+        regions,
+        lambda s, m: look(s, m, "its regions as a plan runs them"),
+        f"__cycle__#{key}",
+        max(budget_s, 0.5),
+    )
+    if per is None:
+        return 0.0
+    return max(0.0, statistics.median(p - c for p, c in zip(per, charged, strict=True)))

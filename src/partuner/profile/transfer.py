@@ -10,9 +10,10 @@ downloads what it writes.
 
 Per pair of real units, for each size of :data:`LINK_SIZES`:
 
-- the **hand-off** of an array of that size between two threads, measured as half a ping-pong
-  through ``threading.Event`` as the runtime does, the sizes interleaved so that drift in the
-  machine's load does not look like a size effect;
+- the **hand-off** of an array of that size between two threads through a raw lock, as the
+  runtime does, each thread computing for a while before it passes the array on, so that the
+  receiving one has idled as a unit does while another runs a partition (:func:`handoff`), the
+  sizes interleaved so that drift in the machine's load does not look like a size effect;
 - for each end that is not in host memory, **the device copy**: half of (running a Relu on a
   tensor of that size on the unit, minus the unit's no-op call), i.e. one upload or download.
 
@@ -24,12 +25,13 @@ every size's time.
 
 The points are fitted by least squares to ``latency_us + bytes / (gbps * 1e3)``
 (:func:`fit_link`); a slope within the measurements' spread means zero-copy (``gbps = inf``).
-Rows are stored as ``(fingerprint A, "__link__#<fp A>#<fp B>#<bytes>")`` with the two
+Rows are stored as ``(fingerprint A, "__link2__#<fp A>#<fp B>#<bytes>")`` with the two
 fingerprints sorted, so every pair of units with the same fingerprints shares them.
 """
 
 from __future__ import annotations
 
+import _thread
 import logging
 import math
 import statistics
@@ -68,6 +70,10 @@ log = logging.getLogger(__name__)
 #: Tensor sizes (bytes) each link is measured at: 4 KiB .. 16 MiB.
 LINK_SIZES: tuple[int, ...] = (4 << 10, 64 << 10, 1 << 20, 16 << 20)
 
+#: the signature prefix of link rows; older ``__link__`` rows (hand-offs timed as a ping-pong
+#: with nothing in between, less than plans pay) are left unread, and the links measured again
+LINK_PREFIX = "__link2__"
+
 
 @dataclass(frozen=True)
 class LinkFit:
@@ -95,7 +101,7 @@ class LinkFit:
 def link_signature(fp_a: str, fp_b: str, nbytes: int) -> tuple[str, str]:
     """``(fingerprint column, signature)`` of a link row, the same for either order."""
     lo, hi = sorted((fp_a, fp_b))
-    return lo, f"__link__#{lo}#{hi}#{nbytes}"
+    return lo, f"{LINK_PREFIX}#{lo}#{hi}#{nbytes}"
 
 
 def fit_link(points: Sequence[tuple[int, float, float, float]]) -> LinkFit:
@@ -129,45 +135,56 @@ def fit_link(points: Sequence[tuple[int, float, float, float]]) -> LinkFit:
     return LinkFit(float(icpt), 1.0 / (float(slope) * 1e3), tuple(points))
 
 
-def handoff(sizes: Sequence[int] = LINK_SIZES, rounds: int = 60) -> dict[int, Measurement]:
-    """Time handing an array of each size from one worker thread to another (no copy).
+#: how long each side works between two hand-offs when they are timed (µs): the other thread
+#: idles meanwhile, as a unit waiting for another unit's partition does
+RELAY_WORK_US = 200.0
 
-    Half a ping-pong: the caller stores the array in a shared dict and sets an event; the
-    other thread wakes, reads it, stores it back and sets another event. Sizes are interleaved
-    round by round; the first 5 rounds are warm-up.
+
+def _work(x: np.ndarray, until: float) -> None:
+    """Compute (numpy, the GIL released) until ``perf_counter() >= until``."""
+    while time.perf_counter() < until:
+        np.multiply(x, 1.0, out=x)
+
+
+def handoff(sizes: Sequence[int] = LINK_SIZES, rounds: int = 60) -> dict[int, Measurement]:
+    """Time handing an array of each size from one worker thread to another (no copy), as the
+    runtime does: after the receiving thread idled while the other computed.
+
+    Two threads relay a token through raw locks (the runtime's hand-off); each computes for
+    :data:`RELAY_WORK_US` before passing it on, so the other has been waiting that long, and
+    each hand-off is timed from the release to the moment the waiting thread runs again (one
+    clock for both). A ping-pong with nothing in between measured less than plans pay: a
+    thread that has only just blocked wakes faster than one that idled for a partition's time.
+    Sizes are interleaved round by round; the first 5 rounds are warm-up.
     """
     arrays = {n: np.zeros(max(n // 4, 1), dtype=np.float32) for n in sizes}
-    values: dict[str, np.ndarray] = {}
-    ping, pong = threading.Event(), threading.Event()
-    stop = False
+    order = [n for _ in range(rounds + 5) for n in sizes]
+    steps = len(order)
+    gates = [_thread.allocate_lock() for _ in range(steps)]
+    for g in gates:
+        g.acquire()
+    sent = [0.0] * steps
+    woke = [0.0] * steps
+    box: dict[int, np.ndarray] = {}
+    scratch = [np.ones(4096, dtype=np.float32) for _ in range(2)]
 
-    def echo() -> None:
-        while True:
-            ping.wait()
-            ping.clear()
-            if stop:
-                return
-            values["back"] = values["x"]
-            pong.set()
+    def lane(side: int) -> None:
+        for j in range(side, steps, 2):
+            if j:
+                gates[j - 1].acquire()
+                woke[j] = time.perf_counter()
+            _work(scratch[side], time.perf_counter() + RELAY_WORK_US * 1e-6)
+            box[j] = arrays[order[j]]
+            sent[j] = time.perf_counter()
+            gates[j].release()
 
-    t = threading.Thread(target=echo, daemon=True, name="partuner-handoff")
+    t = threading.Thread(target=lane, args=(1,), daemon=True, name="partuner-handoff")
     t.start()
+    lane(0)
+    t.join(timeout=10.0)
     samples: dict[int, list[float]] = {n: [] for n in sizes}
-    try:
-        for r in range(rounds + 5):
-            for n in sizes:
-                t0 = time.perf_counter()
-                values["x"] = arrays[n]
-                ping.set()
-                pong.wait()
-                pong.clear()
-                assert values["back"] is arrays[n]
-                if r >= 5:
-                    samples[n].append((time.perf_counter() - t0) * 1e6 / 2)
-    finally:
-        stop = True
-        ping.set()
-        t.join(timeout=1.0)
+    for j in range(5 * len(sizes), steps):
+        samples[order[j - 1]].append((woke[j] - sent[j - 1]) * 1e6)
     return {n: _stats(s) for n, s in samples.items()}
 
 
