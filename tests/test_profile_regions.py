@@ -140,9 +140,7 @@ def _region_sigs(store: ProfileStore) -> list[str]:
     return [r[0] for r in cur.fetchall()]
 
 
-def test_what_a_region_pays_more_in_a_plan_is_measured_and_charged_per_partition(
-    squeeze, tmp_path
-):
+def test_what_a_region_pays_more_in_a_plan_is_measured_and_charged_per_partition(squeeze, tmp_path):
     # regions run one after another in a plan; alone, one is called again and again
     plain = _units({"backend": "onnxruntime", "threads": 1, "ops": NO_CONCAT})
     cold = _units({"backend": "test-regions-cold", "threads": 1, "ops": NO_CONCAT})
