@@ -505,6 +505,39 @@ def margin_check(results: list[dict[str, Any]]) -> str:
     )
 
 
+def partitions_check(results: list[dict[str, Any]]) -> str:
+    """What auto's margin between plans of different numbers of partitions rests on
+    (pipeline._fewer_partitions_plan, the same MEASURED_PLAN_MARGIN): every pair of distinct
+    plans over several units of one model where the one with more partitions is predicted
+    faster, by its predicted gain against its measured gain."""
+    small, large = [], []
+    for res in results:
+        rows = [
+            r
+            for r in res["rows"]
+            if r.get("measured_ms") and r.get("same_plan_as") is None and len(r["units"]) > 1
+        ]
+        for a in rows:
+            for b in rows:
+                if a["partitions"] > b["partitions"] and a["predicted_ms"] < b["predicted_ms"]:
+                    gain = 1 - a["predicted_ms"] / b["predicted_ms"]
+                    got = 1 - a["measured_ms"] / b["measured_ms"]
+                    (small if gain < MEASURED_PLAN_MARGIN else large).append(got)
+
+    def say(gains: list[float]) -> str:
+        if not gains:
+            return "none"
+        faster = sum(g > 0 for g in gains)
+        return f"{len(gains)}, {faster} measured faster ({min(gains):+.1%} to {max(gains):+.1%})"
+
+    return (
+        "Plans with more partitions than another plan of the model over several units, "
+        f"measured against it: predicted 0-{MEASURED_PLAN_MARGIN:.0%} faster: {say(small)}; "
+        f"predicted {MEASURED_PLAN_MARGIN:.0%} or more faster: {say(large)} (auto keeps the plan "
+        f"with fewer partitions unless the other is predicted {MEASURED_PLAN_MARGIN:.0%} faster)."
+    )
+
+
 def goal_lines(results: list[dict[str, Any]], overall: dict[str, Any]) -> list[str]:
     n = overall["models"]
     worst = [
@@ -565,6 +598,7 @@ def goal_lines(results: list[dict[str, Any]], overall: dict[str, Any]) -> list[s
         + ("; ".join(seeds) or "no squeezenet measured")
         + ".",
         margin_check(results),
+        partitions_check(results),
         "Other work on the machine while plans were timed (share of all cores' time, from "
         "/proc/stat, hypervisor steal included): "
         + "; ".join(f"{res['model']} {_pct(res.get('other_cpu_share'), False)}" for res in results)
