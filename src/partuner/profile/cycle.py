@@ -4,9 +4,9 @@ A unit that runs only part of a model (an NPU beside a CPU) runs its regions in 
 after another, each a compiled sub-model of its own, each after waiting for the CPU's part in
 between, on the runtime's worker thread. A region timed alone, called again and again, is
 faster than that: its weights and the backend's buffers stay in cache, its thread never waits.
-On this project's VMs (OpenVINO bf16 on one core, ShuffleNet's 17 regions) a region in a plan
-took 60-130 µs more than alone, more than the per-partition cost fitted on one region cut into
-chunks, and plans cutting the model at every unsupported node were predicted 30-50 % fast.
+The per-partition cost fitted on one region cut into chunks misses that: on the CPU + NPU
+stand-in (docs/results.md, "standin"; OpenVINO bf16 on one core, ShuffleNet's 17 regions) the
+plan cutting the model at every unsupported node measured 51.9 % slower than predicted.
 
 So the regions are run as a plan runs them (:func:`measure_cycle`): all of them in the model's
 order, on a thread other than the one that prepared them, with :data:`~partuner.profile.context.
