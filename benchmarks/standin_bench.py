@@ -474,6 +474,14 @@ def print_table(results: list[dict[str, Any]]) -> None:
             )
 
 
+def _measured_faster(gains: list[float]) -> str:
+    """``N, M measured faster (lo to hi)`` of measured gains (1 - plan / other)."""
+    if not gains:
+        return "none"
+    faster = sum(g > 0 for g in gains)
+    return f"{len(gains)}, {faster} measured faster ({min(gains):+.1%} to {max(gains):+.1%})"
+
+
 def margin_check(results: list[dict[str, Any]]) -> str:
     """What auto's margin on measured units rests on (pipeline.MEASURED_PLAN_MARGIN): every
     scheduler's distinct plan over several units, by its predicted gain over the model's
@@ -491,16 +499,11 @@ def margin_check(results: list[dict[str, Any]]) -> str:
                 got = 1 - r["measured_ms"] / one["measured_ms"]
                 (small if gain < MEASURED_PLAN_MARGIN else large).append(got)
 
-    def say(gains: list[float]) -> str:
-        if not gains:
-            return "none"
-        faster = sum(g > 0 for g in gains)
-        return f"{len(gains)}, {faster} measured faster ({min(gains):+.1%} to {max(gains):+.1%})"
-
+    lo, hi = _measured_faster(small), _measured_faster(large)
     return (
         "Plans over several units (every scheduler's) against the model's fastest one-unit "
-        f"plan, measured: predicted 0-{MEASURED_PLAN_MARGIN:.0%} faster: {say(small)}; "
-        f"predicted {MEASURED_PLAN_MARGIN:.0%} or more faster: {say(large)} (auto keeps one "
+        f"plan, measured: predicted 0-{MEASURED_PLAN_MARGIN:.0%} faster: {lo}; "
+        f"predicted {MEASURED_PLAN_MARGIN:.0%} or more faster: {hi} (auto keeps one "
         f"unit unless a plan over several is predicted {MEASURED_PLAN_MARGIN:.0%} faster)."
     )
 
@@ -524,16 +527,11 @@ def partitions_check(results: list[dict[str, Any]]) -> str:
                     got = 1 - a["measured_ms"] / b["measured_ms"]
                     (small if gain < MEASURED_PLAN_MARGIN else large).append(got)
 
-    def say(gains: list[float]) -> str:
-        if not gains:
-            return "none"
-        faster = sum(g > 0 for g in gains)
-        return f"{len(gains)}, {faster} measured faster ({min(gains):+.1%} to {max(gains):+.1%})"
-
+    lo, hi = _measured_faster(small), _measured_faster(large)
     return (
         "Plans with more partitions than another plan of the model over several units, "
-        f"measured against it: predicted 0-{MEASURED_PLAN_MARGIN:.0%} faster: {say(small)}; "
-        f"predicted {MEASURED_PLAN_MARGIN:.0%} or more faster: {say(large)} (auto keeps the plan "
+        f"measured against it: predicted 0-{MEASURED_PLAN_MARGIN:.0%} faster: {lo}; "
+        f"predicted {MEASURED_PLAN_MARGIN:.0%} or more faster: {hi} (auto keeps the plan "
         f"with fewer partitions unless the other is predicted {MEASURED_PLAN_MARGIN:.0%} faster)."
     )
 

@@ -285,3 +285,17 @@ def test_a_wake_row_stored_by_the_last_version_still_reads(tmp_path):
     with ProfileStore(tmp_path / "p.db") as store:
         store.put("fp", "__wake__#d#k16", old)
         assert store.get("fp", "__wake__#d#k16").median_us == 33.5
+
+
+def test_a_stored_cycle_row_that_does_not_parse_is_ignored_not_a_crash():
+    from partuner.profile.cycle import measure_cycle
+    from partuner.profile.store import Measurement
+
+    units = _units({"backend": "onnxruntime", "threads": 1, "ops": NO_CONCAT})
+    bad = ['{"per_region": ["x", 1]}', '{"per_region": 3}', "[]", '{"per_region": [1e999, 2]}']
+    for detail in bad:
+        row = Measurement(5.0, 1.0, 9.0, 2, OK, detail)
+        got = measure_cycle(units["npu"], [(None, {}), (None, {})], lambda s, m, r=row: r, "sig", 0.1)
+        assert got is None
+    good = Measurement(5.0, 1.0, 9.0, 2, OK, '{"per_region": [4, 6.5]}')
+    assert measure_cycle(units["npu"], [(None, {})] * 2, lambda s, m: good, "s", 0.1) == [4, 6.5]

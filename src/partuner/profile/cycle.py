@@ -5,8 +5,9 @@ after another, each a compiled sub-model of its own, each after waiting for the 
 between, on the runtime's worker thread. A region timed alone, called again and again, is
 faster than that: its weights and the backend's buffers stay in cache, its thread never waits.
 The per-partition cost fitted on one region cut into chunks misses that: on the CPU + NPU
-stand-in (docs/results.md, "standin"; OpenVINO bf16 on one core, ShuffleNet's 17 regions) the
-plan cutting the model at every unsupported node measured 51.9 % slower than predicted.
+stand-in (benchmarks/standin_bench.py; OpenVINO bf16 on one core, ShuffleNet's 17 regions) the
+plan cutting the model at every unsupported node measured 51.9 % slower than predicted in the
+recorded run before this measurement, 13.7 % faster in the one after it.
 
 So the regions are run as a plan runs them (:func:`measure_cycle`): all of them in the model's
 order, on a thread other than the one that prepared them, with :data:`~partuner.profile.context.
@@ -20,6 +21,7 @@ and writes (``RegionCosts.plan_extra_us``), as a larger per-partition cost of th
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import threading
 import time
@@ -30,7 +32,7 @@ import onnx
 
 from partuner.profile.context import IDLE_S
 from partuner.profile.measure import difference_measurement, failure
-from partuner.profile.store import Measurement
+from partuner.profile.store import OK, Measurement
 from partuner.units import Unit
 
 __all__ = ["CYCLE_MAX_REGIONS", "measure_cycle"]
@@ -59,34 +61,24 @@ def measure_cycle(
             diffs = _time_cycle(unit, regions, budget_s)
         except Exception as exc:  # a failed row (timed again next run), not a crash
             return failure(exc)
-        row = difference_measurement(
-            [statistics.median(d) for d in diffs], {"regions": len(regions), "idle_s": IDLE_S}
-        )
-        return Measurement(
-            row.median_us,
-            row.p10_us,
-            row.p90_us,
-            row.count,
-            row.status,
-            _detail(row.detail, [statistics.median(d) for d in diffs]),
-        )
+        per = [statistics.median(d) for d in diffs]
+        detail = {
+            "regions": len(regions),
+            "idle_s": IDLE_S,
+            "per_region": [round(x, 3) for x in per],
+        }
+        return difference_measurement(per, detail)
 
     m = lookup(signature, make)
-    if m is None or m.status != "ok" or not m.detail:
+    if m is None or m.status != OK or not m.detail:
         return None
-    try:
-        per = json.loads(m.detail).get("per_region")
-    except (ValueError, AttributeError):
+    try:  # a stored row is input like any other (an imported profile): checked, never trusted
+        per = [float(x) for x in json.loads(m.detail)["per_region"]]
+    except (ValueError, TypeError, KeyError, AttributeError):
         return None
-    if not isinstance(per, list) or len(per) != len(regions):
+    if len(per) != len(regions) or not all(math.isfinite(x) for x in per):
         return None
-    return [float(x) for x in per]
-
-
-def _detail(base: str, per: list[float]) -> str:
-    d = json.loads(base)
-    d["per_region"] = [round(x, 3) for x in per]
-    return json.dumps(d)
+    return per
 
 
 def _time_cycle(

@@ -171,11 +171,12 @@ def profile_regions(
     stats: list[RegionStat] = []
     base: dict[str, float] = {}
     sub: dict[tuple[str, ...], ModelGraph] = {}
+    cuts: dict[tuple[str, ...], tuple] = {}  # region -> (model, inputs, outputs), cut once
     for nodes in regions:
         key = _region_key(digest, nodes)
         label = f"the region {RegionStat(nodes, None, None, '').label}"
         try:
-            model, ins, _ = cut_nodes(graph, "region", nodes, check=False)
+            model, ins, outs = cuts[nodes] = cut_nodes(graph, "region", nodes, check=False)
         except Exception as exc:  # a region that cannot even be cut: its isolated costs
             stats.append(RegionStat(nodes, None, None, "isolated", failure(exc).detail))
             continue
@@ -227,7 +228,7 @@ def profile_regions(
     fit, wake, out_rate = _fit_largest(unit, graph, stats, sub, look, budget_s)
     extra = 0.0
     if fit is not None:
-        extra = _plan_extra(unit, graph, stats, look, digest, budget_s, fit, out_rate)
+        extra = _plan_extra(unit, graph, stats, cuts, look, digest, budget_s, fit, out_rate)
     big = _largest(graph, stats)
     if fit is not None and big is not None and big.whole_us is not None:
         # the fit timed the largest region whole twice more, apart from its own row: a moment
@@ -279,6 +280,7 @@ def _plan_extra(
     unit: Unit,
     graph: ModelGraph,
     stats: list[RegionStat],
+    cuts: Mapping[tuple[str, ...], tuple],
     look: Lookup,
     digest: str,
     budget_s: float,
@@ -295,10 +297,7 @@ def _plan_extra(
         return 0.0
     regions, charged = [], []
     for r in timed:
-        try:
-            model, ins, outs = cut_nodes(graph, "region", r.nodes, check=False)
-        except Exception:  # noqa: BLE001 - it was cut before; without it, no extra
-            return 0.0
+        model, ins, outs = cuts[r.nodes]
         regions.append((model, random_feeds(graph, ins)))
         nin = sum(graph.values[v].nbytes for v in ins)
         nout = sum(graph.values[v].nbytes for v in outs)
