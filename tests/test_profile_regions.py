@@ -295,7 +295,8 @@ def test_a_stored_cycle_row_that_does_not_parse_is_ignored_not_a_crash():
     bad = ['{"per_region": ["x", 1]}', '{"per_region": 3}', "[]", '{"per_region": [1e999, 2]}']
     for detail in bad:
         row = Measurement(5.0, 1.0, 9.0, 2, OK, detail)
-        got = measure_cycle(units["npu"], [(None, {}), (None, {})], lambda s, m, r=row: r, "sig", 0.1)
+        pair = [(None, {}), (None, {})]
+        got = measure_cycle(units["npu"], pair, lambda s, m, r=row: r, "sig", 0.1)
         assert got is None
     good = Measurement(5.0, 1.0, 9.0, 2, OK, '{"per_region": [4, 6.5]}')
     assert measure_cycle(units["npu"], [(None, {})] * 2, lambda s, m: good, "s", 0.1) == [4, 6.5]
