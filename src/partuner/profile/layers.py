@@ -17,15 +17,20 @@ may stand for):
   the Relu's output): it joins the kernel of the next node of its chain (or, failing that, of
   the previous one);
 - each kernel's time is shared among its nodes in proportion to their isolated times;
-- kernels that map to no node (layout reorders at the model's edges, copies) are reported as
-  unmapped; the profiler spreads them over all nodes with its calibration to the whole-model
-  time.
+- a layout or precision conversion OpenVINO inserts between two layers is named
+  ``<from>_<layout or precision>..._<to>`` (``relu_abcd_acdb_conv``, ``conv_bf16_f32_concat``);
+  it maps to the node it feeds (``<to>``), the node that needs the conversion; one that
+  writes a model output (``<to>`` is ``<value>/sink_port_0``) stays unmapped: writing out
+  is charged per byte by the planner (``profile/outputs.py``) where the value crosses a cut;
+- kernels that map to no node (copies with other names) are reported as unmapped; the profiler
+  spreads them over all nodes with its calibration to the whole-model time.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -55,6 +60,12 @@ class LayerMap:
     mapped_us: float  # kernel time attributed to nodes
     unmapped_us: float  # kernel time that names no node of the model
     kernels: int
+    writes_us: float = 0.0  # of unmapped_us: conversions writing a model output out
+
+    @property
+    def share(self) -> float:
+        """The share of the kernel time mapped to nodes, of what is not writing out."""
+        return self.mapped_us / max(self.total_us - self.writes_us, 1e-9)
 
     @property
     def total_us(self) -> float:
@@ -81,16 +92,22 @@ def map_layers(
     """
     compute = {n.name for n in graph.compute_nodes}
     members: list[list[str]] = []
-    unmapped = 0.0
+    unmapped = writes = 0.0
     for names, us in kernels:
         found: list[str] = []
         for k in names:
             node = _resolve(graph, compute, k)
             if node is not None and node not in found:
                 found.append(node)
+        if not found and len(names) == 1:
+            node = _conversion_target(graph, compute, names[0])
+            if node is not None:
+                found.append(node)
         members.append(found)
         if not found:
             unmapped += float(us)
+            if len(names) == 1 and "/sink_port_" in names[0]:
+                writes += float(us)
     covered = {n for ms in members for n in ms}
     home: dict[str, int] = {}
     for i, ms in enumerate(members):
@@ -119,7 +136,7 @@ def map_layers(
         total = sum(w) if ok else float(len(ms))
         for n, x in zip(ms, w if ok else [1.0] * len(ms), strict=True):
             costs[n] = costs.get(n, 0.0) + float(us) * x / total
-    return LayerMap(costs, mapped, unmapped, len(kernels))
+    return LayerMap(costs, mapped, unmapped, len(kernels), writes)
 
 
 def _resolve(graph: ModelGraph, compute: set[str], name: str) -> str | None:
@@ -136,6 +153,42 @@ def _resolve(graph: ModelGraph, compute: set[str], name: str) -> str | None:
         if not sep or not head:
             return None
         name = head
+    return None
+
+
+#: a layout (``abcd``, ``aBcd16b``) or precision (``bf16``, ``f32``) in a conversion's name
+_FORMAT = re.compile(r"[A-Za-z][A-Za-z0-9]{0,15}")
+
+
+def _conversion_target(graph: ModelGraph, compute: set[str], name: str) -> str | None:
+    """The node a conversion kernel named ``<from>_<format>..._<to>`` feeds, where both ends
+    name nodes or values and 1..4 formats lie between; None if ``name`` is not one, or if it
+    writes a model output (``<to>`` a ``/sink_port_`` of OpenVINO's).
+
+    Examples
+    --------
+    >>> from partuner.graph import load_model, zoo
+    >>> g = load_model(zoo.build("squeezenet", image_size=32))
+    >>> c = {n.name for n in g.compute_nodes}
+    >>> _conversion_target(g, c, "features.0_abcd_acdb_features.1")
+    'features.1'
+    >>> _conversion_target(g, c, "Reorder_1") is None
+    True
+    >>> _conversion_target(g, c, "features.1_abcd_acdb_features.1_output/sink_port_0") is None
+    True
+    """
+    cuts = [i for i, ch in enumerate(name) if ch == "_"]
+    for a, i in enumerate(cuts):
+        if _resolve(graph, compute, name[:i]) is None:
+            continue
+        for b in range(a + 1, min(a + 6, len(cuts))):
+            middle = name[i + 1 : cuts[b]].split("_")
+            if not all(_FORMAT.fullmatch(t) for t in middle):
+                break
+            to = name[cuts[b] + 1 :]
+            node = None if "/sink_port_" in to else _resolve(graph, compute, to)
+            if node is not None:
+                return node
     return None
 
 

@@ -478,12 +478,12 @@ def profile_model(
             if read is not None:
                 kernels, layer_wall = read
                 lmap = map_layers(graph, kernels, node_raw)
-                if lmap.mapped_us < MIN_MAPPED * lmap.total_us:
+                if lmap.share < MIN_MAPPED:
                     log.info(
                         "unit %s: only %.0f%% of its per-layer profile maps to the model's "
                         "nodes; its node costs come from isolated times",
                         names[0],
-                        100 * lmap.mapped_us / max(lmap.total_us, 1e-9),
+                        100 * lmap.share,
                     )
                     lmap = None
         scale = 1.0
@@ -500,7 +500,7 @@ def profile_model(
         elif calibrate and whole is not None and fused > call_us:
             scale = max(whole - overhead, 0.0) / (fused - call_us)
         elif reg is not None:  # in context, region by region; fusion is in the costs
-            base.update(reg.costs(overhead))
+            base.update(reg.costs(overhead, per_byte, per_out))
             mine = [(c, sum(base[m] for m in c)) for c, _ in mine]
             overhead += reg.plan_extra_us  # a region in a plan: profile/cycle.py
         finite = math.isfinite(parts)
@@ -518,7 +518,7 @@ def profile_model(
                 boundary_out_us_per_byte=per_out,
                 fused_parts_us=fused if finite and cands else None,
                 layer_parts_us=None if lmap is None else call_us + lmap.total_us,
-                layer_mapped=None if lmap is None else lmap.mapped_us / max(lmap.total_us, 1e-9),
+                layer_mapped=None if lmap is None else lmap.share,
                 regions=() if reg is None else reg.stats,
                 wake_us=wake,
                 layer_wall_us=None if lmap is None else layer_wall,

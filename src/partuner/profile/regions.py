@@ -65,6 +65,8 @@ class RegionStat:
     # region's scale) or "isolated" (the region could not be timed: the fallback)
     reason: str = ""  # why the fallback, where there is one
     layer_wall_us: float | None = None  # the per-layer profile's own runs, their median time
+    in_bytes: int = 0  # what it reads that other nodes of the model write
+    out_bytes: int = 0  # what it writes that other nodes of the model read
 
     @property
     def error(self) -> float | None:
@@ -95,14 +97,27 @@ class RegionCosts:
     #: per-byte costs charge already (the median over the regions; profile/cycle.py)
     plan_extra_us: float = 0.0
 
-    def costs(self, overhead_us: float) -> dict[str, float]:
-        """Node costs scaled per region so that ``overhead_us`` + its nodes = its time."""
+    def costs(
+        self, overhead_us: float, in_us_per_byte: float = 0.0, out_us_per_byte: float = 0.0
+    ) -> dict[str, float]:
+        """Node costs scaled per region so that ``overhead_us`` + its nodes + the per-byte
+        costs of what it reads from and writes for other nodes = its time: what the planner
+        charges a partition that is the whole region (its reads and writes timed into the
+        region's time are not charged twice). Nodes profiled in context keep at least their
+        kernels' time: where the per-byte rates (measured on another model) charge more than
+        the counters left over, the region is charged more than its time, not its nodes
+        less than they took."""
         out: dict[str, float] = {}
         for r in self.stats:
             if r.whole_us is None or r.source == "isolated":
                 continue
-            left = max(r.whole_us - overhead_us, 0.0)
+            io = r.in_bytes * in_us_per_byte + r.out_bytes * out_us_per_byte
             total = sum(self.base[n] for n in r.nodes)
+            left = max(r.whole_us - overhead_us, 0.0)
+            # never below the nodes' own kernels where they were profiled in context: the
+            # reads and writes take only what the counters did not give to nodes
+            floor = min(total, left) if r.source == "layers" else 0.0
+            left = max(left - io, floor)
             if total > 0:
                 out.update({n: self.base[n] * left / total for n in r.nodes})
             else:  # nodes too quick to time apart: the region's time shared out evenly
@@ -218,13 +233,14 @@ def profile_regions(
                 sub[nodes] = rgraph
                 lmap = map_layers(rgraph, kernels, mine)
                 parts = call_us + lmap.total_us
-                if lmap.mapped_us >= MIN_MAPPED * lmap.total_us and lmap.costs:
+                if lmap.share >= MIN_MAPPED and lmap.costs:
                     cov = sum(mine[n] for n in lmap.costs)
                     ratio = sum(lmap.costs.values()) / cov if cov > 0 else 1.0
                     mine = {n: lmap.costs.get(n, mine[n] * ratio) for n in nodes}
                     source = "layers"
         base.update(mine)
-        stats.append(RegionStat(nodes, row.median_us, parts, source, "", wall))
+        nin, nout = _boundary_bytes(graph, nodes, ins, outs)
+        stats.append(RegionStat(nodes, row.median_us, parts, source, "", wall, nin, nout))
     fit, wake, out_rate = _fit_largest(unit, graph, stats, sub, look, budget_s)
     extra = 0.0
     if fit is not None:
@@ -236,6 +252,22 @@ def profile_regions(
         i = stats.index(big)
         stats[i] = replace(big, whole_us=min(big.whole_us, fit.whole_us))
     return RegionCosts(tuple(stats), base, fit, wake, extra)
+
+
+def _boundary_bytes(
+    graph: ModelGraph, nodes: tuple[str, ...], ins: list[str], outs: list[str]
+) -> tuple[int, int]:
+    """The bytes a region reads from other nodes and writes for other nodes: what the planner
+    charges per byte to a partition that is the region (model inputs and outputs cross no
+    partition boundary)."""
+    mine = set(nodes)
+    nin = sum(graph.values[v].nbytes for v in ins if graph.values[v].producer is not None)
+    nout = sum(
+        graph.values[v].nbytes
+        for v in outs
+        if any(c not in mine for c in graph.values[v].consumers)
+    )
+    return nin, nout
 
 
 def _largest(graph: ModelGraph, stats: list[RegionStat]) -> RegionStat | None:
@@ -297,11 +329,9 @@ def _plan_extra(
         return 0.0
     regions, charged = [], []
     for r in timed:
-        model, ins, outs = cuts[r.nodes]
+        model, ins, _ = cuts[r.nodes]
         regions.append((model, random_feeds(graph, ins)))
-        nin = sum(graph.values[v].nbytes for v in ins)
-        nout = sum(graph.values[v].nbytes for v in outs)
-        charged.append(nin * fit.per_byte_us + nout * out_rate)
+        charged.append(r.in_bytes * fit.per_byte_us + r.out_bytes * out_rate)
     key = _region_key(digest, tuple(n for r in timed for n in r.nodes))
     per = measure_cycle(
         unit,
