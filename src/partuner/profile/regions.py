@@ -241,10 +241,10 @@ def profile_regions(
         base.update(mine)
         nin, nout = _boundary_bytes(graph, nodes, ins, outs)
         stats.append(RegionStat(nodes, row.median_us, parts, source, "", wall, nin, nout))
-    fit, wake, out_rate = _fit_largest(unit, graph, stats, sub, look, budget_s)
+    fit, wake = _fit_largest(unit, graph, stats, sub, look, budget_s)
     extra = 0.0
     if fit is not None:
-        extra = _plan_extra(unit, graph, stats, cuts, look, digest, budget_s, fit, out_rate)
+        extra = _plan_extra(unit, graph, stats, cuts, look, digest, budget_s)
     big = _largest(graph, stats)
     if fit is not None and big is not None and big.whole_us is not None:
         # the fit timed the largest region whole twice more, apart from its own row: a moment
@@ -287,27 +287,27 @@ def _fit_largest(
     sub: dict[tuple[str, ...], ModelGraph],
     look: Lookup,
     budget_s: float,
-) -> tuple[ChainFit | None, float, float]:
+) -> tuple[ChainFit | None, float]:
     """The cost of cutting, fitted on the largest timed region cut into chunks (less what
     writing out costs: :func:`~partuner.profile.outputs.measure_outputs`, stored once per
     unit), and what a chunk costs more after its unit idled
-    (:func:`~partuner.profile.context.measure_wake`), and the unit's cost per byte written out."""
+    (:func:`~partuner.profile.context.measure_wake`)."""
     big = _largest(graph, stats)
     if big is None or len(big.nodes) < 4:
-        return None, 0.0, 0.0
+        return None, 0.0
     rgraph = sub.get(big.nodes)
     if rgraph is None:
         try:
             rgraph = load_model(cut_nodes(graph, "region", big.nodes, check=False)[0])
         except Exception:  # noqa: BLE001 - without it, cuts cost the no-op call
-            return None, 0.0, 0.0
+            return None, 0.0
     digest, budget = model_digest(rgraph), max(budget_s, 0.5)
     out_rate = measure_outputs(unit, lambda s, m: look(s, m), budget)
     points = measure_chains(unit, rgraph, lambda s, m: look(s, m), digest, budget)
     fit = fit_chain_costs(points, out_rate)
     if fit is None:
-        return None, 0.0, 0.0
-    return fit, measure_wake(unit, rgraph, lambda s, m: look(s, m), digest, budget), out_rate
+        return None, 0.0
+    return fit, measure_wake(unit, rgraph, lambda s, m: look(s, m), digest, budget)
 
 
 def _plan_extra(
@@ -318,22 +318,22 @@ def _plan_extra(
     look: Lookup,
     digest: str,
     budget_s: float,
-    fit: ChainFit,
-    out_rate: float,
 ) -> float:
-    """What a region run as a plan runs it costs more than the planner charges a partition
-    that is the whole region (its time alone and the per-byte costs of what it reads and
-    writes): the median over the timed regions, at least 0 (profile/cycle.py)."""
+    """What a region run as a plan runs it costs more than alone (profile/cycle.py): the
+    median over the timed regions, each weighted by the inverse of its time (what a call
+    pays more is best seen on short regions, and the noise of a timing grows with its
+    length), at least 0. The planner charges a partition that is the whole region its time alone
+    (:meth:`RegionCosts.costs`: the per-byte costs of its reads and writes included), so all
+    of it is extra."""
     timed = [r for r in stats if r.whole_us is not None and r.source != "isolated"]
     timed = sorted(timed, key=lambda r: -(r.whole_us or 0.0))[:CYCLE_MAX_REGIONS]
     timed.sort(key=lambda r: graph.node(r.nodes[0]).index)
     if len(timed) < 2:
         return 0.0
-    regions, charged = [], []
+    regions = []
     for r in timed:
         model, ins, _ = cuts[r.nodes]
         regions.append((model, random_feeds(graph, ins)))
-        charged.append(r.in_bytes * fit.per_byte_us + r.out_bytes * out_rate)
     key = _region_key(digest, tuple(n for r in timed for n in r.nodes))
     per = measure_cycle(
         unit,
@@ -344,4 +344,22 @@ def _plan_extra(
     )
     if per is None:
         return 0.0
-    return max(0.0, statistics.median(p - c for p, c in zip(per, charged, strict=True)))
+    weights = [1.0 / max(r.whole_us or 0.0, 1.0) for r in timed]
+    return max(0.0, _weighted_median(per, weights))
+
+
+def _weighted_median(values: list[float], weights: list[float]) -> float:
+    """The value at which half the weight lies on either side (the lower of two middles).
+
+    >>> _weighted_median([1.0, 2.0, 10.0], [1.0, 1.0, 1.0])
+    2.0
+    >>> _weighted_median([100.0, 400.0, 500.0], [10.0, 1.0, 1.0])
+    100.0
+    """
+    pairs = sorted(zip(values, weights, strict=True))
+    half, acc = sum(weights) / 2, 0.0
+    for v, w in pairs:
+        acc += w
+        if acc >= half:
+            return v
+    return pairs[-1][0]
