@@ -111,9 +111,10 @@ def test_a_conversion_between_layers_maps_to_the_node_it_feeds(squeeze):
         (("features.1_bf16_acdb_f32_aBcd16b_features.2",), 2.0),
         (("features.2_output_acdb_abcd_features.2_output/sink_port_0",), 3.0),  # writes out
         (("features.0_abcd_features.1_x_features.2",), 1.0),  # a name between: not one
+        (("features.0_abcd_acdb_features.1/" + "x" * 1100,), 0.5),  # too long to take apart
     ]
     m = map_layers(squeeze, kernels, {})
-    assert m.mapped_us == 6.0 and m.unmapped_us == 4.0
+    assert m.mapped_us == 6.0 and m.unmapped_us == 4.5 and m.writes_us == 3.0
     # the Conv before the Relu has no kernel of its own and joins the Relu's (as fused)
     assert m.costs["features.0"] + m.costs["features.1"] == pytest.approx(4.0)
     assert m.costs["features.2"] < 2.0 < sum(m.costs.values()) - 4.0 + 1e-9

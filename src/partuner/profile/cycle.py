@@ -14,8 +14,8 @@ order, on a thread other than the one that prepared them, with :data:`~partuner.
 IDLE_S` of sleep before each call (the other unit's turn), against each region called twice in a
 row on the same thread (the second call: the region alone, warm), the two interleaved round by
 round. Per region, the median difference is what a plan pays more for running it; the planner
-charges the median over the regions, less what it charges already for the bytes a region reads
-and writes (``RegionCosts.plan_extra_us``), as a larger per-partition cost of the unit.
+charges the median over the regions (weighted by the inverse of their time:
+``RegionCosts.plan_extra_us``) as a larger per-partition cost of the unit.
 """
 
 from __future__ import annotations

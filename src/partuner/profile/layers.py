@@ -106,7 +106,7 @@ def map_layers(
         members.append(found)
         if not found:
             unmapped += float(us)
-            if len(names) == 1 and "/sink_port_" in names[0]:
+            if len(names) == 1 and _SINK in names[0]:
                 writes += float(us)
     covered = {n for ms in members for n in ms}
     home: dict[str, int] = {}
@@ -158,6 +158,11 @@ def _resolve(graph: ModelGraph, compute: set[str], name: str) -> str | None:
 
 #: a layout (``abcd``, ``aBcd16b``) or precision (``bf16``, ``f32``) in a conversion's name
 _FORMAT = re.compile(r"[A-Za-z][A-Za-z0-9]{0,15}")
+#: OpenVINO's name for a model output: ``<value>/sink_port_0``
+_SINK = "/sink_port_"
+#: longer kernel names are not taken apart (a stored profile is input: its names are bounded
+#: work, whatever they hold)
+_MAX_NAME = 1024
 
 
 def _conversion_target(graph: ModelGraph, compute: set[str], name: str) -> str | None:
@@ -177,6 +182,8 @@ def _conversion_target(graph: ModelGraph, compute: set[str], name: str) -> str |
     >>> _conversion_target(g, c, "features.1_abcd_acdb_features.1_output/sink_port_0") is None
     True
     """
+    if len(name) > _MAX_NAME:
+        return None
     cuts = [i for i, ch in enumerate(name) if ch == "_"]
     for a, i in enumerate(cuts):
         if _resolve(graph, compute, name[:i]) is None:
@@ -186,7 +193,7 @@ def _conversion_target(graph: ModelGraph, compute: set[str], name: str) -> str |
             if not all(_FORMAT.fullmatch(t) for t in middle):
                 break
             to = name[cuts[b] + 1 :]
-            node = None if "/sink_port_" in to else _resolve(graph, compute, to)
+            node = None if _SINK in to else _resolve(graph, compute, to)
             if node is not None:
                 return node
     return None

@@ -93,8 +93,8 @@ class RegionCosts:
     base: dict[str, float]  # node -> in-context µs (unscaled), for nodes of timed regions
     fit: ChainFit | None  # the largest timed region cut into chunks
     wake_us: float = 0.0  # what a partition costs more after its unit idled (largest region)
-    #: what a region costs more in a plan than alone, beyond what the per-partition and
-    #: per-byte costs charge already (the median over the regions; profile/cycle.py)
+    #: what a region costs more in a plan than alone (the median over the regions, weighted
+    #: by the inverse of their time; profile/cycle.py)
     plan_extra_us: float = 0.0
 
     def costs(
