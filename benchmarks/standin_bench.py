@@ -136,6 +136,8 @@ def unit_rows(graph, units, prof, npus: list[str]) -> dict[str, Any]:
         row["layer_error"] = up.layer_additivity_error
         row["per_partition_us"] = up.overhead_us
         row["plan_extra_us"] = up.plan_extra_us  # in per_partition_us (profile/cycle.py)
+        row["plan_io_scale"] = up.plan_io_scale  # in the per-byte rates
+        row["per_mb_in_out_us"] = [up.boundary_us_per_byte * 1e6, up.boundary_out_us_per_byte * 1e6]
         if name in npus:
             can = sum(n.flops for n in graph.compute_nodes if units[name].supports(n, graph))
             row["flops_share"] = can / graph.total_flops if graph.total_flops else 0.0
@@ -443,7 +445,8 @@ def print_table(results: list[dict[str, Any]]) -> None:
                 f" ({npu}: {u['flops_share']:.0%} of FLOPs, {len(u['regions'])} regions, "
                 f"worst region error {_pct(u['region_error'])}, "
                 f"{u.get('per_partition_us', 0):.0f} us per partition, of which "
-                f"{u.get('plan_extra_us', 0):.0f} as a plan runs its regions)"
+                f"{u.get('plan_extra_us', 0):.0f} as a plan runs its pieces, per-byte costs "
+                f"x{u.get('plan_io_scale', 1.0):.2f})"
             )
         extra = res.get("modeled_rows")
         for i, r in enumerate(res["rows"] + (extra if isinstance(extra, list) else [])):

@@ -17,7 +17,14 @@ from partuner.errors import UnitError, UnitUnavailableError
 from partuner.graph import load_model, zoo
 from partuner.profile import ProfileStore, profile_model
 from partuner.profile.context import wake_measurement
-from partuner.profile.regions import RegionCosts, RegionStat, _region_key, supported_regions
+from partuner.profile.regions import (
+    PieceTime,
+    RegionCosts,
+    RegionStat,
+    _region_key,
+    convex_pieces,
+    supported_regions,
+)
 from partuner.profile.signature import model_digest
 from partuner.profile.store import OK
 from partuner.units import OnnxruntimeUnit, register_backend, units_from_mapping
@@ -177,13 +184,14 @@ def test_what_a_region_pays_more_in_a_plan_is_measured_and_charged_per_partition
         prof = profile_model(squeeze, cold, store=store, budget_s=0.02)
         cur = store._db.execute(  # noqa: SLF001 - the test reads the store's rows directly
             "SELECT detail FROM measurements WHERE fingerprint = ? AND signature LIKE "
-            "'\\_\\_cycle\\_\\_#%' ESCAPE '\\'",
+            "'\\_\\_plancycle\\_\\_#%' ESCAPE '\\'",
             (prof.units["npu"].fingerprint,),
         )
         details = [json.loads(r[0]) for r in cur.fetchall()]
     up = prof.units["npu"]
-    assert len(details) == 1 and details[0]["regions"] == len(up.regions)
-    assert len(details[0]["per_region"]) == len(up.regions)
+    # every region of the fire modules is one a plan can run whole: each is one piece
+    assert len(details) == 1 and details[0]["pieces"] == len(up.regions)
+    assert len(details[0]["planned_us"]) == len(up.regions)
     # the 0.5 ms each region pays after another one, and not the plain unit's
     assert 0.4e3 < up.plan_extra_us < 2e3
     assert warm.plan_extra_us < 0.4e3
@@ -320,11 +328,84 @@ def test_a_stored_cycle_row_that_does_not_parse_is_ignored_not_a_crash():
     from partuner.profile.store import Measurement
 
     units = _units({"backend": "onnxruntime", "threads": 1, "ops": NO_CONCAT})
-    bad = ['{"per_region": ["x", 1]}', '{"per_region": 3}', "[]", '{"per_region": [1e999, 2]}']
+    bad = [
+        '{"planned_us": ["x", 1]}',
+        '{"planned_us": 3}',
+        "[]",
+        '{"planned_us": [1e999, 2]}',
+        '{"planned_us": [-4, 2]}',
+        '{"planned_us": [4]}',
+    ]
     for detail in bad:
         row = Measurement(5.0, 1.0, 9.0, 2, OK, detail)
         pair = [(None, {}), (None, {})]
         got = measure_cycle(units["npu"], pair, lambda s, m, r=row: r, "sig", 0.1)
         assert got is None
-    good = Measurement(5.0, 1.0, 9.0, 2, OK, '{"per_region": [4, 6.5]}')
+    good = Measurement(5.0, 1.0, 9.0, 2, OK, '{"planned_us": [4, 6.5]}')
     assert measure_cycle(units["npu"], [(None, {})] * 2, lambda s, m: good, "s", 0.1) == [4, 6.5]
+
+
+def test_a_region_a_plan_cannot_run_whole_is_timed_in_the_pieces_a_plan_runs():
+    # a -> b (Softmax, unsupported) -> c and a -> c: {a, c} is connected, but the path
+    # through b leaves it and comes back, so a plan runs a and c as two partitions
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="a"),
+        helper.make_node("Softmax", ["a"], ["b"], name="b"),
+        helper.make_node("Add", ["a", "b"], ["y"], name="c"),
+    ]
+    g = helper.make_graph(nodes, "t", [x], [y])
+    graph = load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert supported_regions(graph, {"a", "c"}) == [("a", "c")]
+    assert convex_pieces(graph, ("a", "c")) == [("a",), ("c",)]
+    assert convex_pieces(graph, ("a", "b", "c")) == [("a", "b", "c")]
+
+
+def test_pieces_timed_as_a_plan_runs_them_set_what_the_planner_charges():
+    # one region a plan can only run in pieces (p, q) and two it can run whole (r, s)
+    big = RegionStat(("a", "b", "c"), 300.0, None, "region", "", None, 0, 0)
+    r = RegionStat(("r",), 100.0, None, "region", "", None, 0, 0)
+    s = RegionStat(("s",), 200.0, None, "region", "", None, 0, 0)
+    base = {"a": 1.0, "b": 1.0, "c": 2.0, "r": 1.0, "s": 1.0}
+    pieces = (
+        PieceTime(("a",), 1000, 1000, 150.0, whole=False),
+        PieceTime(("b", "c"), 1000, 1000, 250.0, whole=False),
+        PieceTime(("r",), 0, 0, 130.0),
+        PieceTime(("s",), 0, 0, 230.0),
+    )
+    reg = RegionCosts((big, r, s), base, None, 0.0, pieces)
+    costs = reg.costs(10.0, 0.01, 0.02)
+    # each piece of the region run in pieces: what it took, less the call and its bytes
+    assert costs["a"] == pytest.approx(150.0 - 10.0 - 30.0)
+    assert costs["b"] + costs["c"] == pytest.approx(250.0 - 10.0 - 30.0)
+    assert costs["c"] == pytest.approx(2 * costs["b"])
+    # whole regions: their time alone; the 30 us each took more in a plan is the extra
+    assert costs["r"] == pytest.approx(90.0) and costs["s"] == pytest.approx(190.0)
+    fit = reg.plan_fit(10.0, 0.01, 0.02)
+    assert fit.extra_us == pytest.approx(30.0) and fit.io_scale == 1.0 and fit.pieces == 4
+    # never below 0: a partition is charged at least its call and wake-up
+    quick = dataclasses.replace(
+        reg,
+        pieces=tuple(
+            dataclasses.replace(p, planned_us=p.planned_us - 60.0) if p.whole else p for p in pieces
+        ),
+    )
+    assert quick.plan_fit(10.0, 0.01, 0.02).extra_us == 0.0
+
+
+def test_with_enough_pieces_the_lightest_weight_of_the_bytes_that_fits_is_kept():
+    # six pieces of a region run in pieces: any weight whose reads and writes fit in each
+    # piece's time charges each what it took, so the lightest is kept; a piece whose bytes
+    # at the full rates cost more than it took rules those rates out
+    stat = RegionStat(tuple("abcdef"), 600.0, None, "region", "", None, 0, 0)
+    base = dict.fromkeys("abcdef", 1.0)
+    pieces = tuple(PieceTime((n,), 0, 10_000, 100.0, whole=False) for n in "abcdef")
+    reg = RegionCosts((stat,), base, None, 0.0, pieces)
+    fit = reg.plan_fit(10.0, 0.0, 0.02)  # 200 us of writes at the full rate: too much
+    assert fit.io_scale == 0.0 and fit.extra_us == 0.0 and fit.pieces == 6
+    costs = reg.costs(10.0, 0.0, 0.02 * fit.io_scale)
+    assert all(costs[n] == pytest.approx(90.0) for n in "abcdef")
+    # fewer pieces: the weight is not fitted
+    few = dataclasses.replace(reg, pieces=pieces[:3])
+    assert few.plan_fit(10.0, 0.0, 0.02).io_scale == 1.0

@@ -67,6 +67,7 @@ def unit_summary(profile: Any) -> list[dict[str, Any]]:
                 "noop_call_us": up.call_us,
                 "wake_us": up.wake_us,
                 "plan_extra_us": up.plan_extra_us,
+                "plan_io_scale": up.plan_io_scale,
                 "ray_call_us": up.ray_call_us,
                 "boundary_us_per_mb": up.boundary_us_per_byte * 1e6,
                 "boundary_out_us_per_mb": up.boundary_out_us_per_byte * 1e6,

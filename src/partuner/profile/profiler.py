@@ -51,7 +51,7 @@ from partuner.profile.groups import (
 from partuner.profile.layers import LayerMap, layer_row, map_layers, read_layers
 from partuner.profile.measure import overhead_model, random_feeds, time_model
 from partuner.profile.outputs import measure_outputs
-from partuner.profile.regions import RegionCosts, RegionStat, profile_regions
+from partuner.profile.regions import PlanFit, RegionCosts, RegionStat, profile_regions
 from partuner.profile.signature import model_digest, node_signature
 from partuner.profile.store import (
     FAILED,
@@ -107,8 +107,10 @@ class UnitProfile:
     wake_us: float = 0.0  # in overhead_us: a partition started after its unit was idle
     layer_wall_us: float | None = None  # the per-layer profile's own runs, their median time
     ray_call_us: float = 0.0  # in overhead_us: a call through Ray (a unit on a Ray node)
-    #: in overhead_us: what a restricted unit's region costs more in a plan than alone
+    #: in overhead_us: what a restricted unit's pieces took more in a plan than charged
     plan_extra_us: float = 0.0
+    #: the weight of the per-byte costs (in the two rates) fitted on those pieces
+    plan_io_scale: float = 1.0
 
     @property
     def additivity_error(self) -> float | None:
@@ -458,6 +460,7 @@ def profile_model(
                 overhead = min(max(overhead, fit.per_partition_us) + wake, whole / 2)
                 per_byte = fit.per_byte_us
         reg: RegionCosts | None = None
+        pfit = PlanFit()
         if not math.isfinite(parts) and calibrate:
             reg = profile_regions(unit, graph, look, node_raw, call_us, budget_s, layers)
             if reg is not None and reg.fit is not None:
@@ -500,9 +503,12 @@ def profile_model(
         elif calibrate and whole is not None and fused > call_us:
             scale = max(whole - overhead, 0.0) / (fused - call_us)
         elif reg is not None:  # in context, region by region; fusion is in the costs
+            # what the unit's pieces took run as a plan runs them (profile/cycle.py)
+            pfit = reg.plan_fit(overhead, per_byte, per_out)
+            per_byte, per_out = per_byte * pfit.io_scale, per_out * pfit.io_scale
             base.update(reg.costs(overhead, per_byte, per_out))
             mine = [(c, sum(base[m] for m in c)) for c, _ in mine]
-            overhead += reg.plan_extra_us  # a region in a plan: profile/cycle.py
+            overhead += pfit.extra_us
         finite = math.isfinite(parts)
         for name in names:
             uprof[name] = UnitProfile(
@@ -522,7 +528,8 @@ def profile_model(
                 regions=() if reg is None else reg.stats,
                 wake_us=wake,
                 layer_wall_us=None if lmap is None else layer_wall,
-                plan_extra_us=0.0 if reg is None else reg.plan_extra_us,
+                plan_extra_us=pfit.extra_us,
+                plan_io_scale=pfit.io_scale,
             )
             for n in order:
                 costs[n][name] = base[n] * scale
