@@ -503,22 +503,14 @@ def profile_model(
         elif calibrate and whole is not None and fused > call_us:
             scale = max(whole - overhead, 0.0) / (fused - call_us)
         elif reg is not None:  # in context, region by region; fusion is in the costs
-            # what the unit's pieces took run as a plan runs them (profile/cycle.py)
-            pfit = reg.plan_fit(overhead, per_byte, per_out)
-            per_byte, per_out = per_byte * pfit.io_scale, per_out * pfit.io_scale
-            base.update(reg.costs(overhead, per_byte, per_out))
+            pfit, got, per_byte, per_out = reg.charges(overhead, per_byte, per_out)
+            base.update(got)
             mine = [(c, sum(base[m] for m in c)) for c, _ in mine]
             overhead += pfit.extra_us
         finite = math.isfinite(parts)
         for name in names:
             uprof[name] = UnitProfile(
-                name,
-                fp,
-                False,
-                overhead,
-                whole,
-                parts if finite else None,
-                scale,
+                *(name, fp, False, overhead, whole, parts if finite else None, scale),
                 call_us=call_us,
                 boundary_us_per_byte=per_byte,
                 boundary_out_us_per_byte=per_out,

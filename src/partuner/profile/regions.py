@@ -175,6 +175,16 @@ class RegionCosts:
                 out.update({n: left / len(p.nodes) for n in p.nodes})
         return out
 
+    def charges(
+        self, overhead_us: float, in_us_per_byte: float, out_us_per_byte: float
+    ) -> tuple[PlanFit, dict[str, float], float, float]:
+        """What the planner charges: the fit of the pieces timed as a plan runs them
+        (:meth:`plan_fit`: its extra goes on the per-partition cost), the node costs
+        (:meth:`costs`) and the two per-byte rates at the fitted weight."""
+        fit = self.plan_fit(overhead_us, in_us_per_byte, out_us_per_byte)
+        rin, rout = in_us_per_byte * fit.io_scale, out_us_per_byte * fit.io_scale
+        return fit, self.costs(overhead_us, rin, rout), rin, rout
+
     def plan_fit(
         self, overhead_us: float, in_us_per_byte: float = 0.0, out_us_per_byte: float = 0.0
     ) -> PlanFit:
