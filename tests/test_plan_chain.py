@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -193,3 +194,30 @@ def test_auto_proves_a_chain_optimal_with_the_segment_bound():
     assert sched.status == "optimal"
     assert sched.lower_bound == pytest.approx(seg.bound_us)
     assert latency(p, seg.parts) == pytest.approx(seg.bound_us)
+
+
+def residual_chain_of(blocks: int) -> Problem:
+    """``blocks`` residual blocks of :func:`residual_chain` one after the other (each block's
+    x reads the add before it): 4 * blocks nodes."""
+    one = residual_chain()
+    nodes, cost, edges = [], {}, []
+    for b in range(blocks):
+        name = {v: f"{v}{b}" for v in one.nodes}
+        nodes += [name[v] for v in one.nodes]
+        cost.update({name[v]: dict(one.cost[v]) for v in one.nodes})
+        edges += [
+            Edge(name[e.src], name[e.dst], e.nbytes, tuple(f"{k}{b}" for k in e.values))
+            for e in one.edges
+        ]
+        if b:
+            edges.append(Edge(f"add{b - 1}", f"x{b}", 4000, (f"add_out{b - 1}",)))
+    return dataclasses.replace(one, nodes=nodes, cost=cost, edges=edges)
+
+
+def test_the_whole_handoff_closes_the_gap_on_a_long_chain_and_auto_proves_it():
+    p = residual_chain_of(40)  # 160 nodes: beyond what the first programme proves
+    cheap, finer = segment_plan(p), segment_plan_whole_handoff(p)
+    assert finer.bound_us > cheap.bound_us + 1.0
+    assert latency(p, finer.parts) == pytest.approx(finer.bound_us)
+    sched = get_scheduler("auto").schedule(p, time_limit=2)
+    assert sched.status == "optimal" and sched.lower_bound == pytest.approx(finer.bound_us)
