@@ -161,8 +161,9 @@ class RegionCosts:
             else:  # nodes too quick to time apart: the region's time shared out evenly
                 out.update({n: left / len(r.nodes) for n in r.nodes})
         # a region a plan can only run in pieces: each piece timed as a plan runs it is
-        # charged what it took (its share of the region's kernels says less: DenseNet's first
-        # pieces took 20 % less than that share, its last ones 30 % more)
+        # charged what it took (its share of the region's kernels says less: charged that
+        # share, DenseNet's first pieces were predicted up to 55 % slower than they took in
+        # a plan, its last ones 20-30 % faster; docs/profiling.md)
         for p in self.pieces:
             if p.whole or not all(n in out for n in p.nodes):
                 continue
@@ -228,7 +229,7 @@ class RegionCosts:
         # their nodes to cuts inside them: on DenseNet (every piece part of a region a plan
         # runs in pieces) the full rates left the nodes so little that the planner's plans
         # cut inside pieces and measured 18-20 % slower than predicted, against 1-4 % with
-        # no weight (benchmarks/standin_bench.py, docs/profiling.md)
+        # no weight (exploratory, on a store of benchmarks/standin_bench.py; docs/profiling.md)
         near = min(f[0] for f in fits) + 0.01 * sum(p.planned_us for p in timed)
         return min((f for f in fits if f[0] <= near), key=lambda f: f[1].io_scale)[1]
 
