@@ -80,8 +80,14 @@ class _Segments:
         vals = list(got.values())
         self.made = np.array([v[0] for v in vals], dtype=np.int64)
         self.size = np.array([v[1] for v in vals], dtype=float)
-        self.readers = [np.array(sorted(v[2]), dtype=np.int64) for v in vals]
-        self.last = np.array([r[-1] for r in self.readers], dtype=np.int64)
+        readers = [sorted(v[2]) for v in vals]
+        self.last = np.array([r[-1] for r in readers], dtype=np.int64)
+        # every value's readers in one array, a value's in order; ``_next`` points at the
+        # first one at or after the start last asked for (starts are asked in order)
+        self._flat = np.array([p for r in readers for p in r] + [-1], dtype=np.int64)
+        self._end = np.cumsum([len(r) for r in readers], dtype=np.int64)
+        self._next = self._end - np.array([len(r) for r in readers], dtype=np.int64)
+        self._start = 0
         costs = np.array([[problem.cost[v][u] for u in self.units] for v in order])
         self.over = np.array([problem.call_overhead_us.get(u, 0.0) for u in self.units])
         self.per_in = np.array([problem.boundary_us_per_byte.get(u, 0.0) for u in self.units])
@@ -106,8 +112,17 @@ class _Segments:
         self.work = np.vstack([np.zeros(nu), np.cumsum(finite, 0)])
 
     def at(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """See the class; ``j`` must not go down from one call to the next."""
         n, m, nu = self.n, self.n - j, len(self.units)
-        first = np.array([_first_at(r, j) for r in self.readers], dtype=np.int64)
+        if j < self._start:
+            raise ValueError(f"segment starts are asked in order: {j} after {self._start}")
+        for _ in range(j - self._start):  # a reader passed moves its value's pointer on
+            passed = (self._next < self._end) & (self._flat[self._next] < j)
+            if not passed.any():
+                break
+            self._next += passed
+        self._start = j
+        first = np.where(self._next < self._end, self._flat[self._next], -1)
         early = (self.made < j) & (first >= 0)
         made, row, size = self.made[early], first[early] - j, self.size[early]
         in_bytes = np.cumsum(np.bincount(row, weights=size, minlength=m))
@@ -129,12 +144,6 @@ class _Segments:
     def moved(self, w: int, u: int, nbytes: np.ndarray) -> np.ndarray | float:
         """The transfer from unit ``w`` to ``u`` of ``nbytes`` (0 on the same unit)."""
         return 0.0 if w == u else self.lat[w, u] + nbytes * self.per[w, u]
-
-
-def _first_at(readers: np.ndarray, j: int) -> int:
-    """The first reader at or after position ``j``, -1 if none."""
-    at = int(readers.searchsorted(j))
-    return int(readers[at]) if at < len(readers) else -1
 
 
 def _inside_savings(
