@@ -36,7 +36,12 @@ from plan_bench import cpu_conv_gflops  # noqa: E402
 from partuner.graph import load_model, zoo  # noqa: E402
 from partuner.pipeline import build_problem  # noqa: E402
 from partuner.plan import get_scheduler, plan_from_schedule, scheduler_names  # noqa: E402
-from partuner.plan.chain import chain_order  # noqa: E402
+from partuner.plan.chain import (  # noqa: E402
+    chain_order,
+    segment_plan,
+    segment_plan_whole_handoff,
+)
+from partuner.plan.partitions import Partition, simulate  # noqa: E402
 from partuner.profile import ProfileStore, profile_model  # noqa: E402
 from partuner.units import units_from_mapping  # noqa: E402
 
@@ -173,7 +178,29 @@ def run_problem(problem, budgets: list[float], default: float) -> dict[str, Any]
         "auto": auto,
         "schedulers": others,
         "winners": winners,
+        "chain_programmes": chain_programmes(problem),
     }
+
+
+def chain_programmes(problem) -> dict[str, Any] | None:
+    """On a chain-shaped problem, each segment programme's wall time and bound, and the
+    simulated latency of its plan (both run here whatever ``auto`` needed); else None."""
+    if chain_order(problem) is None:
+        return None
+    out = {}
+    for name, programme in (
+        ("segments", segment_plan),
+        ("whole_handoff", segment_plan_whole_handoff),
+    ):
+        t0 = time.perf_counter()
+        got = programme(problem)
+        wall = time.perf_counter() - t0
+        if got is None:
+            continue
+        parts = [(f"p{i}", u, tuple(ns)) for i, (u, ns) in enumerate(got.parts)]
+        latency = simulate(problem, [Partition(*p) for p in parts]).makespan_us
+        out[name] = {"wall_s": wall, "bound_ms": got.bound_us / 1e3, "plan_ms": latency / 1e3}
+    return out
 
 
 def goals(rows: list[dict[str, Any]], default: float) -> list[str]:
@@ -209,7 +236,25 @@ def goals(rows: list[dict[str, Any]], default: float) -> list[str]:
         f"{'met' if not worse else 'NOT met: ' + '; '.join(worse)}.",
         f"Goal, chain-shaped problems proven optimal in < 1 s: "
         f"{'met' if len(proven) == len(chains) else 'NOT met'} ({len(proven)} of {len(chains)}).",
+        *chain_lines(chains),
     ]
+
+
+def chain_lines(chains: list[dict[str, Any]]) -> list[str]:
+    """Per chain-shaped problem, what each segment programme took alone, its bound and its
+    plan."""
+    out = []
+    for r in chains:
+        progs = r.get("chain_programmes") or {}
+        said = "; ".join(
+            f"{name} {p['wall_s']:.2f} s, bound {p['bound_ms']:.3f} ms, plan {p['plan_ms']:.3f} ms"
+            for name, p in progs.items()
+        )
+        out.append(
+            f"Chain programmes, {r['model']} #{r['config']} ({r['nodes']} nodes, "
+            f"{r['units'].split(',')[0]}): {said}."
+        )
+    return out
 
 
 def main() -> None:

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIME_LIMIT_S = 10.0
 #: nodes^3 x units^2 at most for the finer chain programme: O(n^3 U^2), not charged as work
-#: (DenseNet-121's 430 nodes on two units: 3.2e8, 0.4 s on an AMD EPYC core)
+#: (DenseNet-121's 430 nodes on two units: 3.2e8; its time: benchmarks/anytime_bench.py)
 WHOLE_HANDOFF_WORK = 8e8
 _REL = 1e-9  # relative improvement a move must bring
 

@@ -211,7 +211,7 @@ def segment_plan_whole_handoff(problem: Problem) -> SegmentPlan | None:
     The state is the last segment itself (its start, end and unit): ``O(n^3 U^2)`` work, in
     numpy a start at a time (every end and every previous segment at once; the bytes read from
     each possible previous segment a two-way cumulative sum over where each value is made and
-    where it is first read): about 0.4 s for DenseNet-121's 430 nodes on two units. None if not
+    where it is first read; its time per problem: benchmarks/anytime_bench.py). None if not
     chain-shaped."""
     order = chain_order(problem)
     if order is None or not order:

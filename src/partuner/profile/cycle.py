@@ -7,9 +7,8 @@ faster than that: its weights and the backend's buffers stay in cache, its threa
 The per-partition cost fitted on one region cut into chunks misses that, and the per-byte
 rates measured on other cuts (a fixed model, the largest region cut at random places) say
 little of what the cuts a plan makes at the unit's unsupported nodes cost: on the CPU + NPU
-stand-in (benchmarks/standin_bench.py; OpenVINO bf16 on one core) DenseNet's 63 pieces took
-their time alone plus 100 to 650 µs in the plan, while the rates charged them up to 1.6 ms
-for their reads and writes.
+stand-in (benchmarks/standin_bench.py; OpenVINO bf16 on one core) the rates charged some of
+DenseNet's 63 pieces more for their reads and writes than the pieces took in a plan in all.
 
 So the pieces are run as a plan runs them (:func:`measure_cycle`): all of them in the model's
 order, on a thread other than the one that prepared them, with :data:`~partuner.profile.context.

@@ -162,8 +162,8 @@ class RegionCosts:
                 out.update({n: left / len(r.nodes) for n in r.nodes})
         # a region a plan can only run in pieces: each piece timed as a plan runs it is
         # charged what it took (its share of the region's kernels says less: charged that
-        # share, DenseNet's first pieces were predicted up to 55 % slower than they took in
-        # a plan, its last ones 20-30 % faster; docs/profiling.md)
+        # share, DenseNet's first pieces were predicted slower than they took in a plan, its
+        # last ones faster; docs/profiling.md)
         for p in self.pieces:
             if p.whole or not all(n in out for n in p.nodes):
                 continue
@@ -227,9 +227,8 @@ class RegionCosts:
         # that much from round to round); of those, the lightest. The pieces' times hold
         # their reads and writes, so a weight they cannot tell apart only moves cost from
         # their nodes to cuts inside them: on DenseNet (every piece part of a region a plan
-        # runs in pieces) the full rates left the nodes so little that the planner's plans
-        # cut inside pieces and measured 18-20 % slower than predicted, against 1-4 % with
-        # no weight (exploratory, on a store of benchmarks/standin_bench.py; docs/profiling.md)
+        # runs in pieces) the full rates left the nodes so little that the plans cutting
+        # inside pieces were predicted far faster than they ran (docs/profiling.md)
         near = min(f[0] for f in fits) + 0.01 * sum(p.planned_us for p in timed)
         return min((f for f in fits if f[0] <= near), key=lambda f: f[1].io_scale)[1]
 
