@@ -432,12 +432,17 @@ def convex_pieces(graph: ModelGraph, region: tuple[str, ...]) -> list[tuple[str,
     >>> convex_pieces(g, tuple(first)) == [tuple(first)]
     True
     """
+    if len(region) == 1:
+        return [region]
     mine = set(region)
+    # a path that comes back ends at a node of the region, so never goes past its last one in
+    # the model's (topological) order: only nodes before it are searched
+    last = max(graph.node(n).index for n in region)
     seen: set[str] = set()
     todo = [s for n in region for s in graph.successors(n) if s not in mine]
     while todo:
         n = todo.pop()
-        if n in seen:
+        if n in seen or graph.node(n).index > last:
             continue
         seen.add(n)
         for s in graph.successors(n):
