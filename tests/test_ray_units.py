@@ -310,6 +310,23 @@ def test_identical_units_on_two_nodes_are_profiled_once(cluster, small, tmp_path
     assert all(c["a"] == c["b"] for c in prof.costs.values())
 
 
+def test_identical_units_on_two_routes_time_their_batches_each(cluster, tmp_path):
+    """A batch curve times the whole call from here: the node holding this process's object
+    store and the other one are reached differently, so one does not reuse the other's."""
+    from partuner.batch import profile_batches
+
+    us = _units(cluster.address, a=ON_A, b=ON_B, cpu=ORT)
+    here = {u: us[u].call_route() for u in ("a", "b", "cpu")}
+    assert here["a"] == "ray:here" and here["b"].startswith("ray:") and here["b"] != "ray:here"
+    assert here["cpu"] == ""
+    with ProfileStore(tmp_path / "b.db") as store:
+        kw = {"store": store, "budget_s": 0.05, "min_repeats": 2}
+        prof = profile_batches(_batch_model(), us, 2, **kw)
+        assert prof.reused == 0 and prof.measured >= 3 * 2  # 1 and 2 items, each unit
+        again = profile_batches(_batch_model(), us, 2, **kw)
+        assert again.measured == 0 and again.reused == prof.measured
+
+
 def test_the_transport_rate_is_the_slope_per_byte_and_zero_within_the_noise():
     from partuner.profile.fleet import _per_byte
 

@@ -12,7 +12,8 @@ size is not tried at larger ones: its curve ends at its largest good size.
 
 Each figure is stored in the profile store under the unit's fingerprint and the signature
 ``__batch__#<model digest>#b<B>``, so a second run (or another unit with the same fingerprint)
-reuses it.
+reuses it. A unit reached through a transport (a Ray node) keys it by its route as well
+(``<fingerprint>@ray:<node ip>``): the same board behind another route pays another call.
 """
 
 from __future__ import annotations
@@ -357,7 +358,8 @@ def _measure(
         nout = sum(graph.values[v].nbytes for v in graph.outputs)
         us += units.default_link.transfer_us(nin) + units.default_link.transfer_us(nout)
         return Measurement(us, us, us, 1, detail="modeled")
-    fp, sig = unit.fingerprint(), batch_signature(model, batch)
+    route = unit.call_route()  # the whole call is timed: where it travels is part of it
+    fp, sig = unit.fingerprint() + (f"@{route}" if route else ""), batch_signature(model, batch)
     if store is not None:
         hit = store.get(fp, sig)
         if hit is not None:

@@ -275,6 +275,12 @@ class Unit(abc.ABC):
         prefix = f"{self.backend}-{version}-{self._fingerprint_tag()}"
         return re.sub(r"[^A-Za-z0-9._-]+", "_", prefix) + "-" + digest
 
+    def call_route(self) -> str:
+        """Where a call from this process travels to reach the unit, for figures that time the
+        whole call (batch curves: inputs sent, outputs fetched): ``""`` for a unit in this
+        process. Units with one fingerprint on different routes do not share such figures."""
+        return ""
+
     def spec(self) -> dict[str, Any]:
         """This unit as a units-file entry (``backend`` + options); ``make_unit(name, **spec)``
         rebuilds an equal unit."""

@@ -447,6 +447,14 @@ class RayUnit(Unit):
             return self.inner.fingerprint() + "-ray-unplaced"
         return info["fingerprint"] + "-ray"
 
+    def call_route(self) -> str:
+        """``ray:here`` when the actor's node is this process's own (inputs handed over in its
+        object store), else ``ray:<node ip>`` (inputs copied to that node's store first)."""
+        ray, _, info = self._connect()
+        if info["node_id"] == ray.get_runtime_context().get_node_id():
+            return "ray:here"
+        return f"ray:{info['ip']}"
+
     def prepare(self, model: onnx.ModelProto) -> Runner:
         ok, why = self.availability()
         if not ok:
