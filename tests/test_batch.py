@@ -22,6 +22,7 @@ from partuner.batch import (
     batch_feeds,
     batch_signature,
     conflict_free_sets,
+    evaluate_batch,
     profile_batches,
     reference,
     run_split,
@@ -304,6 +305,31 @@ def test_a_unit_failing_at_a_size_is_kept_below_it(free_model, tmp_path):
     assert prof.curves["small"].max_batch <= 3 and prof.curves["cpu"].max_batch == 8
     assert "fails at batch 4" in prof.notes()[0] and "at most" in prof.notes()[0]
     assert split_exact(8, prof.curves).sizes["small"] <= 3
+
+
+def test_a_unit_whose_ops_leave_out_part_of_the_model_takes_no_items(free_model, tmp_path):
+    """A data split runs the whole model on each unit it gives items to: a unit limited to
+    some op types is left out, with a note, and never timed."""
+    units = units_from_mapping(
+        {
+            "units": {
+                "cpu": {"backend": "onnxruntime", "threads": 1},
+                "npu": {"backend": "onnxruntime", "threads": 1, "ops": ["MatMul"]},
+            }
+        }
+    )
+    prof = profile_batches(free_model, units, 4, budget_s=0.01, min_repeats=2)
+    assert set(prof.curves) == {"cpu"} and not prof.table["npu"]
+    assert prof.notes() == [
+        "unit 'npu' cannot run the whole model (its ops list leaves out Relu); it is left out"
+    ]
+    with ProfileStore(tmp_path / "b.db") as store:
+        r = evaluate_batch(free_model, units, 4, store=store, repeat=1)
+    assert r.run.split.sizes == {"cpu": 4} and set(r.alone) == {"cpu"}
+    assert r.best_single()[0] == "cpu" and r.notes == prof.notes()
+    only = units_from_mapping({"units": {"npu": {"backend": "onnxruntime", "ops": ["MatMul"]}}})
+    with pytest.raises(BatchError, match="npu: its ops list leaves out Relu"):
+        evaluate_batch(free_model, only, 4, repeat=1)
 
 
 # -- the command line --------------------------------------------------------------------------

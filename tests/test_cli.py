@@ -288,3 +288,21 @@ def test_tune_keeps_the_single_unit_unless_the_split_measures_faster(
         assert note in res["note"]
     assert res["check"]["passed"]
     assert len(list((out / "partitions").glob("*.onnx"))) == kept
+
+
+def test_plan_takes_skip_unavailable_as_its_error_advises(tmp_path, branchy_file, db):
+    """Found by a new-user trial: `plan` said "or pass --skip-unavailable" and had no such
+    option."""
+    units = tmp_path / "u.yaml"
+    units.write_text(
+        "units:\n  cpu: {backend: onnxruntime}\n  gpu: {backend: onnxruntime, provider: cuda}\n"
+    )
+    args = ("plan", str(branchy_file), "--units", str(units), "--db", str(db), "--json")
+    r = _invoke(*args)
+    if r.exit_code == 0:
+        pytest.skip("this machine has CUDA")
+    assert r.exit_code == 2 and "--skip-unavailable" in r.output
+    r = _invoke(*args, "--skip-unavailable", "--time-limit", "1")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output[r.output.index("{") :])
+    assert {p["unit"] for p in got["partitions"]} == {"cpu"}

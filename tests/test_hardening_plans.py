@@ -583,3 +583,85 @@ def test_plan_unit_with_absurd_threads_is_one_line(tmp_path, model_file, monkeyp
         tmp_path / "plan.yaml", [("p0", "u", list(NODES))], {"u": {**CPU, "threads": 100000}}
     )
     _fails_cleanly(_cli("check", model_file, "--plan", plan), "'threads' must be <= 1024")
+
+
+def test_a_plan_putting_a_node_on_a_unit_that_cannot_run_it_is_refused(tmp_path, model_file):
+    """Found by a new-user trial: a plan edited by hand to run a node on a unit whose ops list
+    leaves out its op type ran (the backend could) and exported without a word."""
+    units = tmp_path / "units.yaml"
+    units.write_text(
+        yaml.safe_dump(
+            {
+                "units": {
+                    "cpu": {"backend": "onnxruntime", "threads": 1},
+                    "npu": {"backend": "onnxruntime", "threads": 1, "ops": ["Relu", "Add"]},
+                }
+            }
+        )
+    )
+    pf = PlanFile(
+        [PartitionSpec("p0", "npu", ("n0", "n1", "n2")), PartitionSpec("p1", "cpu", ("n3",))]
+    )
+    plan = tmp_path / "plan.yaml"
+    write_plan(pf, plan)
+    for cmd in (["run", "--repeat", "1"], ["export", "-o", str(tmp_path / "out")]):
+        r = CliRunner().invoke(
+            main, [*cmd[:1], str(model_file), "--plan", str(plan), "--units", str(units), *cmd[1:]]
+        )
+        assert r.exit_code == 2, r.output
+        assert r.output.strip().splitlines() == [
+            f"partuner: error: plan {plan} puts node 'n2' (Neg) in partition 'p0' on unit 'npu', "
+            "whose ops list leaves out Neg; move it to a unit that runs it, or plan again"
+        ]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_nestc_only_plan_runs_with_no_prediction_shown_as_none(tmp_path, model_file):
+    """Found by a new-user trial: a plan without partuner's section showed `nan` as each
+    partition's prediction (and `NaN`, which is not JSON, in `--json`)."""
+    plan = tmp_path / "plan.yaml"
+    write_plan(PlanFile([PartitionSpec("p0", "cpu", ("n0", "n1")),
+                         PartitionSpec("p1", "cpu", ("n2", "n3"))]), plan)  # fmt: skip
+    doc = yaml.safe_load(plan.read_text())
+    del doc["partuner"]
+    plan.write_text(yaml.safe_dump(doc, sort_keys=False))
+    units = tmp_path / "units.yaml"
+    units.write_text("units:\n  cpu: {backend: onnxruntime, threads: 1}\n")
+    args = ["run", str(model_file), "--plan", str(plan), "--units", str(units), "--repeat", "1"]
+    r = CliRunner().invoke(main, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+    assert got["predicted_ms"] is None
+    assert [p["predicted"] for p in got["partition_ms"].values()] == [None, None]
+    text = CliRunner().invoke(main, args)
+    assert text.exit_code == 0 and "nan" not in text.output.lower(), text.output
+
+
+def test_a_plan_run_on_other_units_warns_and_a_bad_input_file_is_named(
+    tmp_path, model_file, caplog
+):
+    """Found by a new-user trial: a plan run with a units file that sets its units otherwise
+    showed the plan's prediction without a word; a text file as --input got numpy's advice to
+    pass allow_pickle."""
+    import logging
+
+    plan = tmp_path / "plan.yaml"
+    own = {"cpu": {"backend": "onnxruntime", "threads": 1}}
+    write_plan(PlanFile([PartitionSpec("p0", "cpu", ("n0", "n1", "n2", "n3"))], units=own), plan)
+    same, other = tmp_path / "same.yaml", tmp_path / "other.yaml"
+    same.write_text(yaml.safe_dump({"units": own}))
+    other.write_text(yaml.safe_dump({"units": {"cpu": {"backend": "onnxruntime", "threads": 2}}}))
+    args = ["run", str(model_file), "--plan", str(plan), "--repeat", "1", "--units"]
+    with caplog.at_level(logging.WARNING, logger="partuner"):
+        assert CliRunner().invoke(main, [*args, str(same)]).exit_code == 0
+        assert not [r for r in caplog.records if "otherwise" in r.getMessage()]
+        assert CliRunner().invoke(main, [*args, str(other)]).exit_code == 0
+    said = [r.getMessage() for r in caplog.records if "otherwise" in r.getMessage()]
+    assert len(said) == 1 and "unit(s) 'cpu'" in said[0] and "plan again" in said[0]
+    text = tmp_path / "x.npy"
+    text.write_text("1 2 3\n")
+    r = CliRunner().invoke(main, [*args, str(same), "--input", f"x={text}"])
+    assert r.exit_code == 2 and r.output.strip().splitlines() == [
+        f"partuner: error: cannot read --input {text}: it is not a NumPy .npy array (write one "
+        "with numpy.save(FILE, array))"
+    ], r.output

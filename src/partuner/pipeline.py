@@ -297,6 +297,19 @@ def plan_from_file(
             "--fallback UNIT to run their partitions on another unit"
         )
     check_plan_model(pf, graph)
+    for part in pf.partitions:
+        if part.unit not in units.units:
+            continue  # on the fallback unit (checked above)
+        unit = units[part.unit]
+        bad = [n for n in part.nodes if not unit.supports(graph.node(n), graph)]
+        if bad:
+            op = graph.node(bad[0]).op_type
+            raise PlanFileError(
+                f"plan {pf.source} puts node {bad[0]!r} ({op}) in partition {part.name!r} on "
+                f"unit {part.unit!r}, whose ops list leaves out {op}"
+                + (f" ({len(bad)} such nodes)" if len(bad) > 1 else "")
+                + "; move it to a unit that runs it, or plan again"
+            )
     if problem is not None:
         plan = plan_from_assignment(problem, pf.node_unit)
         pf.predicted_us = plan.predicted_us

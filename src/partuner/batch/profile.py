@@ -180,12 +180,21 @@ class UnitFailure:
     """A unit failed to run the model at ``batch``; it is kept to smaller sizes."""
 
     unit: str
-    batch: int
+    batch: int  # 0: the unit cannot run the model at any size (its ops list)
     reason: str
 
     def message(self, limit: int) -> str:
+        if self.batch == 0:
+            return f"unit {self.unit!r} cannot run the whole model ({self.reason}); it is left out"
         what = f"it takes at most {limit} items" if limit else "it is left out"
         return f"unit {self.unit!r} fails at batch {self.batch} ({self.reason}); {what}"
+
+
+def ops_left_out(model: BatchModel, unit: Unit) -> list[str]:
+    """The op types of ``model`` that ``unit``'s ops list leaves out (a data split runs the
+    whole model on each unit it gives items to)."""
+    graph = model.at(1)
+    return sorted({n.op_type for n in graph.compute_nodes if not unit.supports(n, graph)})
 
 
 @dataclass
@@ -283,6 +292,12 @@ def profile_batches(
     total, done = len(base) * len(names), 0
     for name in names:
         unit, rows = units[name], prof.table[name]
+        missing = ops_left_out(model, unit)
+        if missing:
+            why = f"its ops list leaves out {', '.join(missing)}"
+            prof.failures[name] = UnitFailure(name, 0, why)
+            total -= len(base)
+            continue
         pending, extra_done = list(base), False
         while pending:
             b = pending.pop(0)

@@ -66,6 +66,7 @@ from partuner.cli.stages import corrections_cli, load_units_cli, profile_cli
     type=click.Path(dir_okay=False),
     help="Plan a problem written by --dump-problem instead of profiling (MODEL is optional).",
 )
+@click.option("--skip-unavailable", is_flag=True, help="Plan with the units that are available.")
 @objective_options
 @fuse_options
 @json_option
@@ -83,6 +84,7 @@ def plan_cmd(
     output: str | None,
     dump_problem: str | None,
     load_problem: str | None,
+    skip_unavailable: bool,
     objective: str,
     max_latency_ms: float | None,
     fuse: tuple[str, ...],
@@ -114,7 +116,9 @@ def plan_cmd(
             raise PartunerError(f"problem file not found: {path}; write one with --dump-problem")
         problem = Problem.from_json(path.read_text())
     else:
-        prof = profile_cli(g, us, db, quiet or as_json, fuse=fuse, fuse_max=fuse_max)
+        prof = profile_cli(
+            g, us, db, quiet or as_json, skip_unavailable, fuse=fuse, fuse_max=fuse_max
+        )
         problem = build_problem(g, us, prof, corrections_cli(g, us, db))
     problem.validate()
     if dump_problem:

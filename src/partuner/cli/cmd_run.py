@@ -8,6 +8,9 @@ UNIT`` runs the partitions whose unit cannot run here on UNIT instead. ``execute
 
 from __future__ import annotations
 
+import json
+import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,9 +30,12 @@ from partuner.cli.common import (
     json_option,
     load_graph,
     model_argument,
+    quiet_option,
     units_option,
 )
 from partuner.errors import PartunerError
+
+log = logging.getLogger(__name__)
 
 
 def _units_for_plan(units_file: str | None, pf: Any) -> Any:
@@ -40,9 +46,46 @@ def _units_for_plan(units_file: str | None, pf: Any) -> Any:
     from partuner.units.untrusted import check_plan_units
 
     if units_file or not pf.units:
-        return load_units_cli(units_file)
+        units = load_units_cli(units_file)
+        _warn_other_units(pf, units)
+        return units
     check_plan_units(pf.units, pf.source)
     return units_from_mapping({"units": pf.units}, source=f"{pf.source} (units section)")
+
+
+def _warn_other_units(pf: Any, units: Any) -> None:
+    """Warn when a unit of the plan's own units section is set otherwise in ``units``: the
+    plan's predictions were made for the units of its section."""
+
+    def canon(spec: dict[str, Any]) -> str:
+        return json.dumps({k: v for k, v in spec.items() if v is not None}, sort_keys=True,
+                          default=str)  # fmt: skip
+
+    def planned(name: str, spec: dict[str, Any]) -> str:
+        """The plan's entry as a unit built from it would write it (defaults filled in)."""
+        from partuner.units import units_from_mapping
+        from partuner.units.untrusted import check_plan_units
+
+        try:
+            check_plan_units({name: spec}, pf.source)
+            return canon(units_from_mapping({"units": {name: spec}}, pf.source)[name].spec())
+        except PartunerError:  # not one to build from a plan file: compare as written
+            return canon(spec)
+
+    differ = []
+    for name, spec in pf.units.items():
+        if name in units.units and canon(units[name].spec()) != planned(name, spec):
+            here, there = units[name].backend, spec.get("backend")
+            differ.append(
+                f"{name!r} ({here} here, {there} in the plan)" if here != there else repr(name)
+            )
+    if differ:
+        log.warning(
+            "the units file sets unit(s) %s otherwise than the plan %s was made for; its "
+            "predictions are for the plan's units (plan again to predict for these)",
+            ", ".join(differ),
+            pf.source,
+        )
 
 
 def _feeds(graph: Any, specs: tuple[str, ...], seed: int) -> dict[str, np.ndarray]:
@@ -57,7 +100,12 @@ def _feeds(graph: Any, specs: tuple[str, ...], seed: int) -> dict[str, np.ndarra
             raise PartunerError(f"--input names {name!r}; the model's inputs are {graph.inputs}")
         try:
             feeds[name] = np.load(Path(path), allow_pickle=False)
-        except (OSError, ValueError) as exc:
+        except ValueError as exc:
+            why = str(exc)
+            if "pickle" in why:  # numpy's word for "not an .npy file" (a text file, say)
+                why = "it is not a NumPy .npy array (write one with numpy.save(FILE, array))"
+            raise PartunerError(f"cannot read --input {path}: {why}") from None
+        except OSError as exc:
             raise PartunerError(f"cannot read --input {path}: {exc}") from None
     return feeds
 
@@ -119,7 +167,11 @@ def execute(
     used = sorted(set(ran_units.values()))
     check = check_outputs(ref, got, [us[u].precision for u in used])
     modeled = any(us[u].modeled for u in used)
-    predicted = {p.name: (p.end_us - p.start_us) / 1e3 for p in pf.partitions}
+    predicted = {  # a NEST-C-only plan (no partuner section) has no times: NaN -> None
+        p.name: (p.end_us - p.start_us) / 1e3
+        for p in pf.partitions
+        if math.isfinite(p.end_us - p.start_us)
+    }
     result = {
         "model": g.source,
         "plan": plan_path,
@@ -316,6 +368,7 @@ def _with_common(fn: Any) -> Any:
 )
 @db_option
 @json_option
+@quiet_option
 @handle_errors
 def run_cmd(
     model: str,
@@ -333,8 +386,10 @@ def run_cmd(
     in_flight: int | None,
     db: str | None,
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """Run MODEL as PLAN's partitions, one worker per unit; measure and check it."""
+    del quiet  # accepted as on the other commands: run shows no progress, only its result
     if stream_frames is not None:
         _stream(
             model,

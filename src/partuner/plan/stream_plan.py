@@ -401,8 +401,8 @@ def plan_throughput(
         raise InfeasiblePlanError(
             f"no plan streams {problem.name!r} with each frame within "
             f"{max_latency_us / 1e3:.3f} ms: the fastest plan found takes "
-            f"{fastest_single / 1e3:.3f} ms a frame, one frame at a time; raise "
-            "--max-latency-ms to at least that"
+            f"{math.ceil(fastest_single - 1e-9) / 1e3:.3f} ms a frame (rounded up), one frame at "
+            "a time; raise --max-latency-ms to at least that"
             if max_latency_us is not None
             else f"no plan could stream {problem.name!r}"
         )
