@@ -665,3 +665,11 @@ def test_a_plan_run_on_other_units_warns_and_a_bad_input_file_is_named(
         f"partuner: error: cannot read --input {text}: it is not a NumPy .npy array (write one "
         "with numpy.save(FILE, array))"
     ], r.output
+    import numpy as np
+
+    np.save(text, np.array([{}], dtype=object), allow_pickle=True)
+    r = CliRunner().invoke(main, [*args, str(same), "--input", f"x={text}"])
+    assert r.exit_code == 2 and r.output.strip().splitlines() == [
+        f"partuner: error: cannot read --input {text}: it holds Python objects, which partuner "
+        "never loads; save a numeric array"
+    ], r.output

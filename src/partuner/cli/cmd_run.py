@@ -102,7 +102,9 @@ def _feeds(graph: Any, specs: tuple[str, ...], seed: int) -> dict[str, np.ndarra
             feeds[name] = np.load(Path(path), allow_pickle=False)
         except ValueError as exc:
             why = str(exc)
-            if "pickle" in why:  # numpy's word for "not an .npy file" (a text file, say)
+            if why.startswith("Object arrays"):  # an .npy of Python objects (a pickle inside)
+                why = "it holds Python objects, which partuner never loads; save a numeric array"
+            elif "pickle" in why:  # numpy's word for "not an .npy file" (a text file, say)
                 why = "it is not a NumPy .npy array (write one with numpy.save(FILE, array))"
             raise PartunerError(f"cannot read --input {path}: {why}") from None
         except OSError as exc:
