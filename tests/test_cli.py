@@ -306,3 +306,18 @@ def test_plan_takes_skip_unavailable_as_its_error_advises(tmp_path, branchy_file
     assert r.exit_code == 0, r.output
     got = json.loads(r.output[r.output.index("{") :])
     assert {p["unit"] for p in got["partitions"]} == {"cpu"}
+
+
+def test_units_says_which_default_link_a_pair_uses(tmp_path):
+    """Found by a new-user trial: a modeled unit's link was said to be measured at profile
+    time "for units sharing host memory", and the modeled note was cut short."""
+    p = tmp_path / "u.yaml"
+    p.write_text(
+        "units:\n  npu: {backend: modeled, gflops: 100, gbps: 8}\n  cpu: {backend: onnxruntime}\n"
+        "  cpu2: {backend: onnxruntime}\nlinks:\n  default: {latency_us: 60, gbps: 1.5}\n"
+    )
+    r = _invoke("units", "--units", p)
+    assert r.exit_code == 0, r.output
+    assert "modeled: times are computed, not measured" in r.output
+    assert "link npu-cpu: 60 us + bytes / 1.5 GB/s (the default link, used as is)" in r.output
+    assert "(the default link until profiling measures the hand-off" in r.output

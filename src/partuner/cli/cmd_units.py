@@ -16,6 +16,7 @@ from partuner.cli.common import (
     units_option,
 )
 from partuner.cli.stages import load_units_cli
+from partuner.units import DEFAULT_LINK
 
 
 def _remote_sources(us: Any, db: str | None) -> dict[str, str]:
@@ -118,7 +119,7 @@ def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
         note = (
             r["reason"]
             if not r["available"]
-            else ("modeled: times are computed" if r["modeled"] else "")
+            else ("modeled: times are computed, not measured" if r["modeled"] else "")
         )
         if r["available"] and r["ray_node"]:
             note = f"on Ray node {r['ray_node']}"
@@ -143,12 +144,19 @@ def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
                 f"  Ray cluster {cluster['address']}: [red]unreachable[/red]: {cluster['reason']}"
             )
     ray = {r["name"] for r in rows if r["ray_node"]}
+    apart = {r["name"] for r in rows if r["modeled"] or r["remote"]}  # no hand-off to measure
+    default = "partuner's default link" if us.default_link == DEFAULT_LINK else "the default link"
     for link in links:
-        how = "declared" if link["declared"] else "default (measured at profile time for "
-        if not link["declared"] and ray & {link["a"], link["b"]}:
-            how += "a Ray unit: a hand-off here, and what Ray moves per MB)"
+        pair = {link["a"], link["b"]}
+        if link["declared"]:
+            how = "declared"
+        elif ray & pair:
+            how = "default (measured at profile time for a Ray unit: a hand-off here, and what "
+            how += "Ray moves per MB)"
+        elif apart & pair:
+            how = f"{default}, used as is"
         else:
-            how += "" if link["declared"] else "units sharing host memory)"
+            how = f"{default} until profiling measures the hand-off between these units"
         console.print(
             f"  link {link['a']}-{link['b']}: {link['latency_us']:g} us + "
             f"bytes / {link['gbps']:g} GB/s ({how})"
