@@ -321,3 +321,21 @@ def test_units_says_which_default_link_a_pair_uses(tmp_path):
     assert "modeled: times are computed, not measured" in r.output
     assert "link npu-cpu: 60 us + bytes / 1.5 GB/s (the default link, used as is)" in r.output
     assert "(the default link until profiling measures the hand-off" in r.output
+
+
+def test_plan_headline_says_how_a_heuristic_plan_is_known_optimal(branchy_file, units_file, db):
+    """Found by a new-user trial: `plan --compare` headed "plan by branch (optimal)" above a
+    table listing branch as heuristic; the proof is the lower bound the plan meets."""
+    r = _invoke("plan", branchy_file, "--units", units_file, "--db", db, "--compare",
+                "--time-limit", "2", "-q")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    head = r.output.splitlines()[0]
+    status = json.loads(
+        _invoke(
+            "plan", branchy_file, "--units", units_file, "--db", db, "--json", "--time-limit", "2"
+        ).output  # fmt: skip
+    )["status"]
+    if status == "optimal":
+        assert "(optimal: it meets the lower bound)" in head, head
+    else:
+        assert f"({status})" in head, head

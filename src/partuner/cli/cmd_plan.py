@@ -185,8 +185,11 @@ def plan_cmd(
         emit_json(result)
         return
     label = " (modeled)" if plan.modeled else ""
+    # a heuristic's plan that auto proved optimal (it meets the bound) says so, not "optimal"
+    # beside the "heuristic" --compare lists for that scheduler's own run
+    status = "optimal: it meets the lower bound" if plan.status == "optimal" else plan.status
     console.print(
-        f"plan by [bold]{plan.scheduler}[/bold] ({plan.status}): predicted "
+        f"plan by [bold]{plan.scheduler}[/bold] ({status}): predicted "
         f"{plan.predicted_us / 1e3:.3f} ms{label}, lower bound {lb / 1e3:.3f} ms, "
         f"{_count(len(plan.partitions), 'partition')}, "
         f"{_count(len(pf.parallel), 'parallel group')}"
