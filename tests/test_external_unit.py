@@ -151,7 +151,8 @@ def test_plan_export_run_end_to_end(tmp_path, branchy_file, db):
 
 
 def test_failing_compiler_in_run_and_fallback(tmp_path, branchy, branchy_file):
-    units = _units_yaml(tmp_path / "u.yaml", COMPILE + " --fail")
+    every = sorted({n.op_type for n in branchy.compute_nodes})  # the whole plan on the npu
+    units = _units_yaml(tmp_path / "u.yaml", COMPILE + " --fail", ops=every)
     names = [n.name for n in branchy.compute_nodes]
     plan = tmp_path / "plan.yaml"
     # The cpu's ops exclude Conv (for planning); a fallback unit runs what it is given.

@@ -235,13 +235,14 @@ def _show(db: str | None, as_json: bool) -> None:
             return
         console.print(f"profile store {store.path}")
         t = Table(show_edge=False)
-        for c in ("fingerprint", "unit", "rows", "unsupported", "failed", "last"):
+        for c in ("fingerprint", "unit", "backend", "rows", "unsupported", "failed", "last"):
             t.add_column(c)
         for r in rows:
             last = datetime.datetime.fromtimestamp(r["last"]).isoformat(timespec="seconds")
             t.add_row(
                 r["fingerprint"],
                 r["unit"][:60],
+                r["backend"] or "-",
                 str(r["rows"]),
                 str(r["unsupported"]),
                 str(r["failed"]),

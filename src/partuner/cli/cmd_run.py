@@ -289,11 +289,15 @@ def _print_fallbacks(r: dict[str, Any]) -> None:
 def _print_check(check: dict[str, Any]) -> None:
     verdict = "[green]passed[/green]" if check["passed"] else "[red]FAILED[/red]"
     console.print(f"output check {verdict} (rule {check['rule']})")
+
+    def num(x: float | None, spec: str) -> str:  # NaN/inf (a non-finite output) as in JSON
+        return "- (not finite)" if x is None or not math.isfinite(x) else format(x, spec)
+
     for o in check["outputs"]:
         top1 = "-" if o["top1_agree"] is None else f"{100 * o['top1_agree']:.0f}%"
         console.print(
-            f"  {o['name']}: max abs {o['max_abs']:.3g}, max rel {o['max_rel']:.3g}, "
-            f"cosine {o['cosine']:.6f}, top-1 agreement {top1}"
+            f"  {o['name']}: max abs {num(o['max_abs'], '.3g')}, max rel "
+            f"{num(o['max_rel'], '.3g')}, cosine {num(o['cosine'], '.6f')}, top-1 agreement {top1}"
         )
 
 

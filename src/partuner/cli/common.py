@@ -21,6 +21,7 @@ from partuner.errors import PartunerError
 
 __all__ = [
     "console",
+    "error_line",
     "fail",
     "handle_errors",
     "input_shape_option",
@@ -51,8 +52,13 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def fail(message: str, code: int = 2) -> None:
     """Print ``partuner: error: message`` on stderr and exit with ``code``."""
-    click.echo(f"partuner: error: {message}", err=True)
+    click.echo(error_line(message), err=True)
     sys.exit(code)
+
+
+def error_line(message: str) -> str:
+    """How every user error is shown: ``partuner: error: message``, one line."""
+    return f"partuner: error: {message}"
 
 
 def handle_errors(fn: F) -> F:

@@ -9,6 +9,7 @@ from partuner.graph.model import (
     parse_input_shapes,
     read_model_proto,
 )
+from partuner.graph.ops import onnx_op_types, op_type_problem
 
 __all__ = [
     "BranchGroup",
@@ -16,6 +17,8 @@ __all__ = [
     "NodeInfo",
     "ValueInfo",
     "load_model",
+    "onnx_op_types",
+    "op_type_problem",
     "parallel_branch_groups",
     "parse_input_shapes",
     "read_model_proto",

@@ -47,8 +47,10 @@ def best_single_assignment(problem: Problem) -> dict[str, str]:
 
 @register
 class BranchParallel(Scheduler):
-    """Branch-level parallelism: each parallel branch group's branches run on different units
-    when that beats running them one after another.
+    """Branch-level parallelism: a branch group's branches on different units when faster.
+
+    Each parallel branch group's branches run on different units when that beats running them
+    one after another.
 
     The method of the branch-parallel baselines (parallel execution of the independent branches
     of a DNN, e.g. inception modules, on different processors of a heterogeneous SoC), here on

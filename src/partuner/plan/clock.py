@@ -95,10 +95,11 @@ class WorkClock:
             return False
         if not self.capped:
             self.capped = True
-            log.warning(
-                "planning reached its wall-clock limit (%.3g s) before its work budget; the "
-                "plan may differ between runs (a quieter machine or a larger --time-limit "
-                "gives a reproducible one)",
+            log.warning(  # limit_s may be a stage's share (a stream plan's latency stage)
+                "planning reached its wall-clock limit of %.3g s (--time-limit, or the share "
+                "of it this planning stage was given) before its work budget; the plan may "
+                "differ between runs (a quieter machine or a larger --time-limit gives a "
+                "reproducible one)",
                 self.limit_s,
             )
         return True

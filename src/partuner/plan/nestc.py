@@ -275,10 +275,11 @@ class NestC(Scheduler):
 
 @register
 class NestCRepaired(NestC):
-    """NEST-C's PartitionTuner with its quirks fixed: the default unit's real cost, missing
-    costs infinite, no comm subtracted when staying on a unit (see :func:`nestc_stages`).
+    """NEST-C's PartitionTuner with its quirks fixed: real costs, no comm to stay on a unit.
 
-    Same reference and schedule construction as :class:`NestC`.
+    Fixed (see :func:`nestc_stages`): the default unit's real cost, missing costs infinite, no
+    comm subtracted when staying on a unit. Same reference and schedule construction as
+    :class:`NestC`.
     """
 
     name = "nestc-repaired"

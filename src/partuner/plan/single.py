@@ -17,11 +17,11 @@ __all__ = ["SingleUnit"]
 
 @register
 class SingleUnit(Scheduler):
-    """Every node on the one unit where the model as one partition is cheapest (call overhead +
-    node costs - fused-group savings), back to back in topological order.
+    """Every node on the one unit where the whole model as one partition is cheapest.
 
-    The baseline every other scheduler is compared against (no transfers, one partition). Units
-    that cannot run some node, or cannot hold the whole model in memory
+    Cheapest: call overhead + node costs - fused-group savings; the nodes run back to back in
+    topological order. The baseline every other scheduler is compared against (no transfers,
+    one partition). Units that cannot run some node, or cannot hold the whole model in memory
     (:meth:`Problem.memory_use`), are skipped; ties go to the unit listed first.
     """
 

@@ -35,6 +35,7 @@ import yaml
 
 from partuner.errors import ProfileError
 from partuner.graph import ModelGraph
+from partuner.graph.ops import op_type_problem
 from partuner.profile.store import Measurement
 
 __all__ = [
@@ -66,13 +67,12 @@ GLOW_TO_ONNX: dict[str, str] = {
 
 
 def _op_name(name: str, text: str) -> str:
-    import onnx.defs
-
     op = GLOW_TO_ONNX.get(name, name)
-    if not onnx.defs.has(op):
+    why = op_type_problem(op, also=GLOW_TO_ONNX)
+    if why is not None:
         raise ProfileError(
-            f"bad fuse pattern {text!r}: {name!r} is not an ONNX op type nor a known NEST-C "
-            f"name ({sorted(GLOW_TO_ONNX)}); write op types joined by '-', e.g. Conv-Relu"
+            f"bad fuse pattern {text!r}: {why}, nor a NEST-C name ({sorted(GLOW_TO_ONNX)}); "
+            "write op types joined by '-', e.g. Conv-Relu"
         )
     return op
 

@@ -217,4 +217,12 @@ def import_nestc(
         for sig in sorted(found):
             store.put(fingerprint, sig, m, description=description)
             imp.rows += 1
+    if not imp.matched:  # nothing was stored
+        seen = [str(k) for k in data if k not in _META]
+        got = f"{seen[:3]}{' ...' if len(seen) > 3 else ''}" if seen else "none"
+        raise ProfileError(
+            f"{p}: no key is the NEST-C key of a node of {graph.source} (keys: {got}); expected "
+            f"keys like {list(sigs)[:2]} (op kind, then shapes): pass the NEST-C profile made "
+            "for this model (and its --input-shape); nothing was imported"
+        )
     return imp

@@ -21,6 +21,7 @@ Default location: ``$PARTUNER_DB``, else ``$XDG_CACHE_HOME/partuner/profiles.db`
 
 from __future__ import annotations
 
+import ast
 import logging
 import os
 import sqlite3
@@ -335,8 +336,9 @@ class ProfileStore:
         return out
 
     def summary(self) -> list[dict[str, object]]:
-        """Per unit fingerprint: description, rows, rows the unit cannot run (``unsupported``)
-        and rows whose timing failed (``failed``, retried by the next profiling run)."""
+        """Per unit fingerprint: the unit's name (``unit``) and ``backend`` as described when
+        measured, rows, rows the unit cannot run (``unsupported``) and rows whose timing failed
+        (``failed``, retried by the next profiling run)."""
         with self._guard():
             rows = self._db.execute(
                 "SELECT m.fingerprint, COALESCE(u.description, ''), COUNT(*), "
@@ -347,7 +349,7 @@ class ProfileStore:
         return [
             {
                 "fingerprint": r[0],
-                "unit": r[1],
+                **_unit_fields(r[1]),
                 "rows": r[2],
                 "unsupported": r[3] or 0,
                 "failed": r[4] or 0,
@@ -355,3 +357,23 @@ class ProfileStore:
             }
             for r in rows
         ]
+
+
+def _unit_fields(description: str) -> dict[str, object]:
+    """``unit`` and ``backend`` of a stored unit description: profiling stores a unit's
+    ``describe()`` dict as its ``repr``; a description that is no such dict (a profiling kit's
+    ``cpu0 on host (partuner kit, 1.2)``) is the ``unit`` whole, with no ``backend``.
+
+    >>> _unit_fields("{'name': 'cpu0', 'backend': 'onnxruntime', 'cores': [0]}")
+    {'unit': 'cpu0', 'backend': 'onnxruntime'}
+    >>> _unit_fields("cpu0 on rpi (partuner kit, 1.2)")
+    {'unit': 'cpu0 on rpi (partuner kit, 1.2)', 'backend': None}
+    """
+    try:
+        fields = ast.literal_eval(description) if description.startswith("{") else None
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        fields = None  # e.g. a value literal_eval does not read (inf); the text is shown whole
+    if isinstance(fields, dict) and isinstance(fields.get("name"), str):
+        backend = fields.get("backend")
+        return {"unit": fields["name"], "backend": backend if isinstance(backend, str) else None}
+    return {"unit": description, "backend": None}

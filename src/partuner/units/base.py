@@ -443,9 +443,14 @@ def _parse_ops(value: object) -> frozenset[str] | None:
         value = [value]
     if not isinstance(value, list | tuple | set | frozenset) or not value:
         raise UnitError(f"option 'ops' must be a non-empty list of op types, got {value!r}")
+    from partuner.graph.ops import op_type_problem  # onnx only for a unit that lists ops
+
     for op in value:
         if not isinstance(op, str) or not op:
             raise UnitError(f"option 'ops' must list op type names like Conv, got {op!r}")
+        why = op_type_problem(op)
+        if why is not None:
+            raise UnitError(f"option 'ops': {why}; list ONNX op types like Conv, Relu")
     return frozenset(value)
 
 

@@ -13,12 +13,13 @@ a units file the user passes (``--units FILE``). See ``docs/plan-file.md``.
 
 from __future__ import annotations
 
+import difflib
 import reprlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from partuner.errors import PlanFileError
-from partuner.units.base import MAX_THREADS
+from partuner.units.base import MAX_THREADS, backend_names
 
 __all__ = ["SAFE_BACKENDS", "check_plan_units"]
 
@@ -101,6 +102,17 @@ def _remote_value(value: object) -> bool:
     )
 
 
+def _did_you_mean(name: object, known: Iterable[str]) -> str:
+    """`` (did you mean 'threads'?)`` when a known name is close to ``name``, else ``""``."""
+    close = difflib.get_close_matches(name, sorted(known), n=1) if isinstance(name, str) else []
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _article(word: str) -> str:
+    """``a`` or ``an``, by the sound that starts ``word`` (``an openvino``, ``a modeled``)."""
+    return "an" if word[:1].lower() in ("a", "e", "i", "o") else "a"
+
+
 def check_plan_units(units: Mapping[str, Any], where: str, kind: str = "a plan file") -> None:
     """Raise PlanFileError unless every unit of a plan's units section is on the allow-list
     (:data:`SAFE_BACKENDS`, plain option values, the safe keys of mapping options, ``remote``
@@ -129,15 +141,23 @@ def check_plan_units(units: Mapping[str, Any], where: str, kind: str = "a plan f
         if backend is None:
             raise PlanFileError(f"{what} has no backend; {_FIX}")
         if not isinstance(backend, str) or backend not in SAFE_BACKENDS:
+            known = backend_names()  # loads entry-point backends: only for a refused one
+            if backend in known:
+                raise PlanFileError(
+                    f"{what} uses backend {short_repr(backend)}, which can run a program or "
+                    f"load code; {kind} may not define it: {_FIX}"
+                )
             raise PlanFileError(
-                f"{what} uses backend {short_repr(backend)}, which can run a program or load code; "
-                f"{kind} may not define it: {_FIX}"
+                f"{what} uses unknown backend {short_repr(backend)}"
+                f"{_did_you_mean(backend, known)}; known: {known}, of which {kind} may define "
+                f"{sorted(SAFE_BACKENDS)}: fix the name, or {_FIX}"
             )
         for key, value in options.items():
             if key not in SAFE_BACKENDS[backend] | _COMMON:
                 raise PlanFileError(
-                    f"{what}: option {short_repr(key)} of a {backend} unit is not one a plan may "
-                    f"set; {_FIX}"
+                    f"{what}: option {short_repr(key)} of {_article(backend)} {backend} unit is "
+                    f"not one a plan may set{_did_you_mean(key, SAFE_BACKENDS[backend] | _COMMON)}"
+                    f"; {_FIX}"
                 )
             if key == "remote" and _remote_value(value):
                 continue

@@ -1,0 +1,191 @@
+"""What a new user reads: each message found wrong by a new-user trial, as it now reads."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from partuner.cli import main
+from partuner.errors import PlanFileError, ProfileError
+from partuner.graph import zoo
+from partuner.plan import get_scheduler, scheduler_names
+from partuner.plan.clock import WorkClock
+from partuner.profile import ProfileStore, parse_pattern
+from partuner.profile.store import Measurement
+from partuner.units import OnnxruntimeUnit, units_from_mapping
+from partuner.units.untrusted import check_plan_units
+
+MODELED = "units:\n  npu: {backend: modeled, gflops: 300, gbps: 8, overhead_us: 30}\n"
+
+
+def _invoke(*args: object):
+    args = [str(a) for a in args]
+    return CliRunner().invoke(main, args, prog_name="partuner", catch_exceptions=False)
+
+
+def _one_line(result, *needles: str) -> str:
+    assert result.exit_code == 2, result.output
+    lines = [x for x in result.output.splitlines() if x.strip()]
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("partuner: error: "), lines[0]
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("models") / "branchy.onnx"
+    zoo.save("branchy", path, image_size=16)
+    return path
+
+
+# -- A. `profile --show` names the unit, not a dict's repr ----------------------------------------
+
+
+def test_profile_show_names_the_unit(tmp_path):
+    db = tmp_path / "p.db"
+    unit = OnnxruntimeUnit("cpu0", threads=1)
+    with ProfileStore(db) as store:  # as the profiler stores it
+        store.put(unit.fingerprint(), "Relu-1", Measurement(1, 1, 1, 1), str(unit.describe()))
+        store.put("kit-fp", "Relu-1", Measurement(1, 1, 1, 1), "npu on rpi (partuner kit, 0.1)")
+    r = _invoke("profile", "--show", "--db", db, "--json")
+    assert r.exit_code == 0, r.output
+    rows = {row["fingerprint"]: row for row in json.loads(r.output)["units"]}
+    assert rows[unit.fingerprint()]["unit"] == "cpu0"
+    assert rows[unit.fingerprint()]["backend"] == "onnxruntime"
+    assert rows["kit-fp"]["unit"] == "npu on rpi (partuner kit, 0.1)"
+    assert rows["kit-fp"]["backend"] is None
+    r = _invoke("profile", "--show", "--db", db)
+    assert r.exit_code == 0 and "cpu0" in r.output and "'name'" not in r.output, r.output
+
+
+# -- B. a plan's units section: unknown backends and misspelt options -----------------------------
+
+
+def test_plan_unit_with_unknown_backend_is_called_unknown():
+    with pytest.raises(PlanFileError) as exc:
+        check_plan_units({"npu": {"backend": "tensorrt"}}, "plan.yaml")
+    msg = str(exc.value)
+    assert "unknown backend 'tensorrt'" in msg and "'onnxruntime'" in msg and "'external'" in msg
+    assert "run a program" not in msg and "--units" in msg
+    with pytest.raises(PlanFileError, match="unknown backend 'onnxrutime' .did you mean 'onnx"):
+        check_plan_units({"npu": {"backend": "onnxrutime"}}, "plan.yaml")
+    with pytest.raises(PlanFileError, match="'external', which can run a program or load code"):
+        check_plan_units({"npu": {"backend": "external", "compile": "true"}}, "plan.yaml")
+
+
+def test_plan_unit_with_misspelt_option_gets_a_suggestion():
+    with pytest.raises(PlanFileError) as exc:
+        check_plan_units({"u": {"backend": "openvino", "thread": 2}}, "plan.yaml")
+    msg = str(exc.value)
+    assert "option 'thread' of an openvino unit" in msg and "did you mean 'threads'?" in msg
+    with pytest.raises(PlanFileError, match="of a modeled unit is not one a plan may set;"):
+        check_plan_units({"u": {"backend": "modeled", "zzz": 1}}, "plan.yaml")
+
+
+# -- C. the wall-clock warning names what the user set --------------------------------------------
+
+
+def test_wall_clock_warning_says_it_may_be_a_share_of_the_time_limit(caplog):
+    clock = WorkClock(0.0)  # a stage given nothing: the cap is already past
+    with caplog.at_level(logging.WARNING, logger="partuner.plan.clock"):
+        assert clock.hit_cap() and clock.hit_cap()
+    (msg,) = [r.getMessage() for r in caplog.records]
+    assert "wall-clock limit of 0 s (--time-limit, or the share of it" in msg
+    assert "\n" not in msg
+
+
+# -- D. a unit's `ops` are checked as --fuse checks op types --------------------------------------
+
+
+def test_unit_ops_must_be_onnx_op_types(tmp_path):
+    f = tmp_path / "u.yaml"
+    f.write_text("units:\n  npu: {backend: modeled, gflops: 300, gbps: 8, ops: [Conv, Rleu]}\n")
+    _one_line(_invoke("units", "--units", f), "unit 'npu'", "'Rleu'", "did you mean 'Relu'")
+    spec = {"units": {"npu": {"backend": "onnxruntime", "ops": ["Conv", "Relu", "Concat"]}}}
+    assert units_from_mapping(spec)["npu"].ops == {"Conv", "Relu", "Concat"}
+    with pytest.raises(ProfileError, match="'Rleu' is not an ONNX op type .did you mean 'Relu'"):
+        parse_pattern("Conv-Rleu")  # the same check, the same words
+
+
+# -- E. a NEST-C profile none of whose keys match is an error ------------------------------------
+
+
+@pytest.mark.parametrize("text", ['{"foo": 1}', "backendName: VTA\n"])
+def test_import_nestc_of_no_known_key_fails(tmp_path, model_file, text):
+    f = tmp_path / "npu.yaml"
+    f.write_text(text)
+    units = tmp_path / "u.yaml"
+    units.write_text(MODELED)
+    r = _invoke(
+        "profile", model_file, "--units", units, "--db", tmp_path / "p.db",
+        "--import-nestc", f, "--unit", "npu",
+    )  # fmt: skip
+    _one_line(r, str(f), "no key", "expected keys like ['Convolution-", "nothing was imported")
+
+
+# -- F. click's usage errors read like partuner's own ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["plan", "M", "--time-limit", "-1"], ["'--time-limit'", "x>=0", "'partuner plan --help'"]),
+        (["zoo", "--image-size", "8", "branchy"], ["'--image-size'", "x>=16"]),
+        (["run", "M", "--plan", "p.yaml", "--stream", "0"], ["'--stream'", "x>=1"]),
+        (["plan", "M", "--objective", "fast"], ["'--objective'", "'latency'"]),
+        (["plan", "M", "--bogus"], ["'--bogus'"]),
+        (["bogus"], ["'bogus'", "'partuner --help'"]),
+    ],
+)
+def test_usage_errors_are_one_line(args, needles):
+    _one_line(_invoke(*args), *needles)
+
+
+def test_help_is_still_clicks():
+    r = _invoke("plan", "--help")
+    assert r.exit_code == 0 and r.output.startswith("Usage: partuner plan [OPTIONS] [MODEL]")
+    assert "--time-limit" in r.output and "partuner: error" not in r.output
+
+
+# -- G. `partuner schedulers` shows whole sentences -----------------------------------------------
+
+
+def test_schedulers_lists_whole_sentences():
+    r = _invoke("schedulers")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert len(lines) == len(scheduler_names())
+    for line in lines:
+        assert line.endswith("."), line
+    for name in scheduler_names():  # the summary line of each docstring is a sentence
+        summary = (type(get_scheduler(name)).__doc__ or "").strip().splitlines()[0]
+        assert summary.endswith("."), (name, summary)
+
+
+def test_units_file_in_a_plan_round_trips_its_yaml(tmp_path):
+    """The unit section a plan carries stays accepted (no false positive from the checks)."""
+    units = yaml.safe_load(MODELED)["units"]
+    check_plan_units(units, "plan.yaml")
+
+
+def test_a_check_with_non_finite_figures_prints_them_as_json_does():
+    """Found by a new-user trial: the text said "max abs inf" where --json says null."""
+    from partuner.cli.cmd_run import _print_check
+    from partuner.cli.common import console
+
+    check = {"passed": False, "rule": "f32", "outputs": [
+        {"name": "y", "max_abs": float("inf"), "max_rel": None, "cosine": float("nan"),
+         "top1_agree": None}]}  # fmt: skip
+    with console.capture() as cap:
+        _print_check(check)
+    line = cap.get().splitlines()[1]
+    assert line == (
+        "  y: max abs - (not finite), max rel - (not finite), cosine - (not finite), "
+        "top-1 agreement -"
+    ), line
