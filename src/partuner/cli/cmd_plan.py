@@ -25,6 +25,7 @@ from partuner.cli.common import (
     load_graph,
     objective_options,
     quiet_option,
+    skip_unavailable_option,
     units_option,
 )
 from partuner.cli.stages import corrections_cli, load_units_cli, profile_cli
@@ -66,7 +67,7 @@ from partuner.cli.stages import corrections_cli, load_units_cli, profile_cli
     type=click.Path(dir_okay=False),
     help="Plan a problem written by --dump-problem instead of profiling (MODEL is optional).",
 )
-@click.option("--skip-unavailable", is_flag=True, help="Plan with the units that are available.")
+@skip_unavailable_option
 @objective_options
 @fuse_options
 @json_option

@@ -24,6 +24,7 @@ from partuner.cli.common import (
     load_graph,
     progress_bar,
     quiet_option,
+    skip_unavailable_option,
     units_option,
 )
 from partuner.cli.stages import load_units_cli, unit_summary
@@ -42,7 +43,7 @@ from partuner.cli.stages import load_units_cli, unit_summary
     show_default=True,
     help="Seconds at most per timed item.",
 )
-@click.option("--skip-unavailable", is_flag=True, help="Profile the units that are available.")
+@skip_unavailable_option
 @click.option(
     "--fuse",
     multiple=True,

@@ -24,6 +24,7 @@ from partuner.cli.common import (
     model_argument,
     objective_options,
     quiet_option,
+    skip_unavailable_option,
     units_option,
 )
 from partuner.cli.stages import corrections_cli, load_units_cli, profile_cli, unit_summary
@@ -50,7 +51,7 @@ from partuner.errors import PartunerError
     show_default=True,
     help="Timed runs per measured configuration.",
 )
-@click.option("--skip-unavailable", is_flag=True, help="Plan with the units that are available.")
+@skip_unavailable_option
 @click.option(
     "--time-limit",
     type=FiniteRange(min=0),

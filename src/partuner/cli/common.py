@@ -30,6 +30,7 @@ __all__ = [
     "model_argument",
     "progress_bar",
     "quiet_option",
+    "skip_unavailable_option",
     "StageLines",
     "units_option",
     "db_option",
@@ -106,6 +107,13 @@ def units_option(fn: F) -> F:
 
 def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(fn)
+
+
+def skip_unavailable_option(fn: F) -> F:
+    """``--skip-unavailable``: leave out the units that cannot run here (each named in a
+    warning) instead of stopping; what an unavailable unit's error advises."""
+    text = "Leave out the units that are not available here (each named), instead of stopping."
+    return click.option("--skip-unavailable", is_flag=True, help=text)(fn)
 
 
 def quiet_option(fn: F) -> F:
