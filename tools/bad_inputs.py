@@ -289,6 +289,19 @@ def _input_array(arr: np.ndarray) -> Callable[[Path], list[str]]:
     return setup
 
 
+def _input_text(d: Path) -> list[str]:
+    args = _input_array(np.zeros((1, 4), np.float32))(d)
+    _write(d, "x.npy", "1 2 3 4\n")
+    return args
+
+
+def _node_on_a_unit_without_its_op(d: Path) -> list[str]:
+    _tiny(d)
+    _plan(d)
+    _write(d, "u.yaml", "units: {cpu0: {backend: onnxruntime, ops: [Conv]}}\n")
+    return ["run", str(d / "m.onnx"), "--plan", str(d / "plan.yaml"), "--units", str(d / "u.yaml")]
+
+
 def _missing_external(d: Path) -> list[str]:
     args = _external_outside(d)
     m = onnx.load(d / "sub" / "m.onnx", load_external_data=False)
@@ -415,6 +428,22 @@ CASES: list[Case] = [
     ),
     Case("`--input` array of the wrong shape", _input_array(np.zeros((2, 2), np.float32))),
     Case("`--input` file that holds a pickle", _input_array(np.array([{}], dtype=object))),
+    Case("`--input` file that is text, not `.npy`", _input_text),
+    Case(
+        "units file whose `ops` list misspells an op type",
+        _with(
+            "u.yaml",
+            "units: {npu: {backend: onnxruntime, ops: [Conv, Rleu]}}\n",
+            "units",
+            "--units",
+            "{d}/u.yaml",
+        ),  # fmt: skip
+    ),
+    Case(
+        "plan putting a node on a unit whose `ops` list leaves it out",
+        _node_on_a_unit_without_its_op,
+    ),
+    Case("option value out of range", _args("plan", "m.onnx", "--time-limit", "-1")),
 ]
 
 

@@ -22,7 +22,8 @@ class UsageLine(click.UsageError):
         text = " ".join(exc.format_message().split()).rstrip(".")
         text = text[:1].lower() + text[1:]
         if exc.ctx is not None:  # click's "Did you mean '--fuse'?" ends a sentence
-            see = f"'{exc.ctx.command_path} --help'"
+            sub = exc.ctx.command_path.split()[1:]  # the root's name is argv[0]'s ('-c'...)
+            see = f"'{' '.join(['partuner', *sub])} --help'"
             text += f" See {see}" if text.endswith("?") else f"; see {see}"
         super().__init__(text, exc.ctx)
 
