@@ -424,3 +424,74 @@ def test_cli_unit_failing_at_a_size(free_file, tmp_path):
     alone.write_text(json.dumps({"units": {"small": {"backend": "test-batch-limit", "limit": 2}}}))
     r = _invoke("batch", free_file, "--batch", 6, "--units", alone, "--db", db)
     _fails_cleanly(r, "unit 'small' fails at batch 4", "cannot take 6 items")
+
+
+def test_cli_splits_the_users_batch_and_writes_the_merged_outputs(free_file, two_units, tmp_path):
+    """`batch --input NAME=FILE.npy -o OUT.npz`: the user's items, split, run, merged in input
+    order and written; the batch is the arrays' own."""
+    x = np.random.default_rng(3).standard_normal((7, 4)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "y.npz"
+    db = tmp_path / "p.db"
+    r = _invoke("batch", free_file, "--units", two_units, "--db", db, "--repeat", 1,
+                "--input", f"x={tmp_path / 'x.npy'}", "-o", out, "--json")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["batch"] == 7 and res["outputs_file"] == str(out)
+    assert sum(res["split"].values()) == 7 and res["check"]["passed"] is True
+    y = np.load(out)["y"]
+    want = np.maximum(x @ numpy_helper.to_array(_free_batch_model().graph.initializer[0]), 0)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+    _fails_cleanly(
+        _invoke(
+            "batch",
+            free_file,
+            "--units",
+            two_units,
+            "--db",
+            db,
+            "--batch",
+            6,
+            "--input",
+            f"x={tmp_path / 'x.npy'}",
+        ),  # fmt: skip
+        "--batch 6 but the --input arrays hold 7 items",
+    )
+    np.save(tmp_path / "i.npy", x.astype(np.int32))
+    _fails_cleanly(
+        _invoke(
+            "batch",
+            free_file,
+            "--units",
+            two_units,
+            "--db",
+            db,
+            "--repeat",
+            1,
+            "--input",
+            f"x={tmp_path / 'i.npy'}",
+            "-o",
+            tmp_path / "z.npz",
+        ),  # fmt: skip
+        "input 'x' expects float32 [7, 4], got int32 [7, 4]",
+    )
+    assert not (tmp_path / "z.npz").exists()
+    _fails_cleanly(
+        _invoke(
+            "batch",
+            free_file,
+            "--units",
+            two_units,
+            "--db",
+            db,
+            "--batch",
+            2,
+            "-o",
+            tmp_path / "y.txt",
+        ),  # fmt: skip
+        "name a .npz file",
+    )
+    _fails_cleanly(
+        _invoke("batch", free_file, "--table", "--input", f"x={tmp_path / 'x.npy'}"),
+        "--table only profiles",
+    )

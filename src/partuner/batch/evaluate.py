@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import logging
 import statistics
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from partuner.batch.hybrid import HybridRun, run_hybrid
 from partuner.batch.model import BatchError, BatchModel
@@ -44,6 +46,7 @@ from partuner.batch.split import (
     split_greedy,
 )
 from partuner.profile.store import ProfileStore
+from partuner.runtime import validate_feeds
 from partuner.units import UnitSet
 
 __all__ = ["BatchResult", "evaluate_batch"]
@@ -70,6 +73,8 @@ class BatchResult:
     limit_units: list[str]  # the conflict-free set whose summed throughput is the largest
     hybrid: HybridRun | None
     notes: list[str]
+    #: the exact split's merged outputs (its last run), in input order; not in ``to_dict``
+    outputs: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
     def run(self) -> SplitRun:
@@ -172,9 +177,14 @@ def evaluate_batch(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     retry: bool = False,
+    feeds: Mapping[str, np.ndarray] | None = None,
 ) -> BatchResult:
     """Profile ``model`` on ``units`` up to ``batch``, split it (exact, greedy, even), run each
     split and each unit alone on the same inputs, and check the merged outputs.
+
+    ``feeds``: the batch's inputs, ``batch`` items each (checked against the model); inputs it
+    lacks are seeded random (``seed``). The exact split's merged outputs are
+    :attr:`BatchResult.outputs`.
 
     Raises
     ------
@@ -223,7 +233,9 @@ def evaluate_batch(
         "greedy": split_greedy(batch, curves, conflicts, chunk=greedy_chunk),
         "even": split_even(batch, curves, conflicts),
     }
-    feeds = batch_feeds(model, batch, seed)
+    given = dict(feeds or {})
+    feeds = {**batch_feeds(model, batch, seed), **given}
+    validate_feeds(model.at(batch), feeds)
     say("running the reference (onnxruntime CPU f32, whole batch)")
     ref = reference(model, feeds)
     # Rounds: every split and every unit alone run in each round, so that a change in the
@@ -235,6 +247,7 @@ def evaluate_batch(
         first_of.setdefault(tuple(sorted(split.sizes.items())), method)
     distinct = {m: first_of[tuple(sorted(sp.sizes.items()))] for m, sp in splits.items()}
     split_rounds: dict[str, list[SplitRun]] = {m: [] for m in splits if distinct[m] == m}
+    merged: dict[str, dict[str, np.ndarray]] = {}  # per measured split: its last run's outputs
     alone_rounds: list[dict[str, dict[str, object]]] = []
     lost: set[str] | None = set() if retry else None
     with RunnerCache(model, units) as runners:
@@ -242,7 +255,7 @@ def evaluate_batch(
             for method in split_rounds:
                 if r == 0:
                     say(f"running the {method} split {_fmt_sizes(splits[method])}")
-                run, _ = run_split(
+                run, merged[method] = run_split(
                     model,
                     units,
                     splits[method],
@@ -276,7 +289,8 @@ def evaluate_batch(
     if hybrid:
         say("profiling and running the operator-level plan on the whole batch (--hybrid)")
         hyb = run_hybrid(model, units, batch, feeds, ref, store=store, repeat=repeat)
-    return BatchResult(model.name, batch, prof, splits, runs, alone, limit_units, hyb, notes)
+    out = merged[distinct["exact"]]
+    return BatchResult(model.name, batch, prof, splits, runs, alone, limit_units, hyb, notes, out)
 
 
 def _merge(rounds: list[SplitRun]) -> SplitRun:

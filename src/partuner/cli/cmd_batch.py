@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import sys
 from typing import Any
 
 import click
+import numpy as np
 from rich.table import Table
 
 from partuner.cli import main
@@ -15,14 +17,17 @@ from partuner.cli.common import (
     db_option,
     emit_json,
     handle_errors,
+    input_options,
     input_shape_option,
     json_option,
     model_argument,
     quiet_option,
+    read_inputs,
     units_option,
 )
 from partuner.cli.stages import load_units_cli
 from partuner.errors import PartunerError
+from partuner.export import atomic_write
 
 #: largest batch profiled by ``--table`` when ``--batch`` is not given
 TABLE_BATCH = 64
@@ -53,6 +58,15 @@ TABLE_BATCH = 64
     help="If a unit is lost during the runs (a Ray node gone), re-run its share on the "
     "fastest unit left instead of failing.",
 )
+@input_options
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE.npz",
+    help="Write the exact split's merged outputs (in input order) here, one array per output.",
+)
 @json_option
 @quiet_option
 @handle_errors
@@ -66,6 +80,9 @@ def batch_cmd(
     table: bool,
     hybrid: bool,
     retry: bool,
+    inputs: tuple[str, ...],
+    seed: int,
+    output: str | None,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -79,13 +96,19 @@ def batch_cmd(
     from partuner.batch import BatchError, evaluate_batch, profile_batches
     from partuner.profile import ProfileStore
 
-    if batch is None and not table:
-        raise BatchError("--batch N is required (the number of items to split), e.g. --batch 32")
+    if table and (inputs or output):
+        raise BatchError("--table only profiles: leave out --input and --output")
     if batch is not None and batch < 1:
         raise BatchError(f"--batch must be >= 1, got {batch}")
     if repeat < 1:
         raise BatchError(f"--repeat must be >= 1, got {repeat}")
+    if output is not None and not output.endswith(".npz"):
+        raise BatchError(f"--output {output!r}: name a .npz file (numpy.load reads it)")
     bm = _load(model, input_shapes)
+    feeds = read_inputs(inputs, bm.inputs) if inputs else {}
+    batch = _batch_of(feeds, batch)
+    if batch is None and not table:
+        raise BatchError("--batch N is required (the number of items to split), e.g. --batch 32")
     us = load_units_cli(units_file)
     quiet = quiet or as_json
 
@@ -101,16 +124,52 @@ def batch_cmd(
             return
         assert batch is not None
         r = evaluate_batch(
-            bm, us, batch, store=store, repeat=repeat, hybrid=hybrid, progress=say, retry=retry
+            bm,
+            us,
+            batch,
+            store=store,
+            repeat=repeat,
+            hybrid=hybrid,
+            progress=say,
+            retry=retry,
+            feeds=feeds,
+            seed=seed,
         )
     _warn(r.notes, quiet)
+    if output is not None and r.run.check.passed:  # outputs that failed the check: not kept
+        buf = io.BytesIO()
+        np.savez(buf, **r.outputs)
+        atomic_write(output, buf.getvalue())
     result = r.to_dict()
+    written = output is not None and r.run.check.passed
+    result["outputs_file"] = output if written else None
     if as_json:
         emit_json(result)
     else:
         _print_result(result)
+        if written:
+            console.print(f"merged outputs (the exact split's, in input order) written to {output}")
     if not r.run.check.passed or (r.hybrid is not None and not r.hybrid.check.passed):
         raise SystemExit(1)
+
+
+def _batch_of(feeds: dict[str, np.ndarray], batch: int | None) -> int | None:
+    """The batch the ``--input`` arrays hold (their dimension 0, the same in each), which
+    ``--batch``, if given, must equal."""
+    from partuner.batch import BatchError
+
+    sizes = {k: (int(a.shape[0]) if a.ndim else 0) for k, a in feeds.items()}
+    if not sizes:
+        return batch
+    if len(set(sizes.values())) > 1 or 0 in sizes.values():
+        raise BatchError(
+            f"the --input arrays must hold one batch, dimension 0 alike: got {sizes}; "
+            "give each input the same number of items"
+        )
+    held = next(iter(sizes.values()))
+    if batch is not None and batch != held:
+        raise BatchError(f"--batch {batch} but the --input arrays hold {held} items; drop one")
+    return held
 
 
 def _load(model: str, input_shapes: tuple[str, ...]) -> Any:

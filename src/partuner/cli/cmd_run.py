@@ -12,7 +12,6 @@ import json
 import logging
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import click
@@ -26,11 +25,13 @@ from partuner.cli.common import (
     db_option,
     emit_json,
     handle_errors,
+    input_options,
     input_shape_option,
     json_option,
     load_graph,
     model_argument,
     quiet_option,
+    read_inputs,
     units_option,
 )
 from partuner.errors import PartunerError
@@ -92,23 +93,7 @@ def _feeds(graph: Any, specs: tuple[str, ...], seed: int) -> dict[str, np.ndarra
     from partuner.profile.measure import random_feeds
 
     feeds = random_feeds(graph, list(graph.inputs), seed=seed)
-    for spec in specs:
-        name, _, path = spec.partition("=")
-        if not path:
-            raise PartunerError(f"bad --input {spec!r}: write NAME=FILE.npy")
-        if name not in graph.inputs:
-            raise PartunerError(f"--input names {name!r}; the model's inputs are {graph.inputs}")
-        try:
-            feeds[name] = np.load(Path(path), allow_pickle=False)
-        except ValueError as exc:
-            why = str(exc)
-            if why.startswith("Object arrays"):  # an .npy of Python objects (a pickle inside)
-                why = "it holds Python objects, which partuner never loads; save a numeric array"
-            elif "pickle" in why:  # numpy's word for "not an .npy file" (a text file, say)
-                why = "it is not a NumPy .npy array (write one with numpy.save(FILE, array))"
-            raise PartunerError(f"cannot read --input {path}: {why}") from None
-        except OSError as exc:
-            raise PartunerError(f"cannot read --input {path}: {exc}") from None
+    feeds.update(read_inputs(specs, list(graph.inputs)))
     return feeds
 
 
@@ -312,14 +297,7 @@ _common = [
         help="A plan YAML (partuner's or NEST-C's).",
     ),
     units_option,
-    click.option(
-        "--input",
-        "inputs",
-        multiple=True,
-        metavar="NAME=FILE.npy",
-        help="Use this input instead of a seeded random one.",
-    ),
-    click.option("--seed", type=int, default=0, show_default=True),
+    input_options,
     click.option(
         "--timeout",
         type=FiniteRange(min=0.1),

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+import numpy as np
 from rich.console import Console
 
 from partuner.errors import PartunerError
@@ -30,6 +31,8 @@ __all__ = [
     "model_argument",
     "progress_bar",
     "quiet_option",
+    "input_options",
+    "read_inputs",
     "skip_unavailable_option",
     "StageLines",
     "units_option",
@@ -107,6 +110,44 @@ def units_option(fn: F) -> F:
 
 def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(fn)
+
+
+def input_options(fn: F) -> F:
+    """``--input NAME=FILE.npy`` (repeatable) and ``--seed``: the model's inputs, from files
+    or seeded random (:func:`read_inputs`)."""
+    fn = click.option("--seed", type=int, default=0, show_default=True,
+                      help="Seed of the random inputs no --input gives.")(fn)  # fmt: skip
+    return click.option(
+        "--input",
+        "inputs",
+        multiple=True,
+        metavar="NAME=FILE.npy",
+        help="Use this input (a NumPy .npy array) instead of a seeded random one.",
+    )(fn)
+
+
+def read_inputs(specs: tuple[str, ...], names: list[str]) -> dict[str, np.ndarray]:
+    """The arrays ``--input NAME=FILE.npy`` names, by input name (``names``: the model's);
+    never unpickles. Raises PartunerError naming the option, the file and the fix."""
+    out: dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, _, path = spec.partition("=")
+        if not path:
+            raise PartunerError(f"bad --input {spec!r}: write NAME=FILE.npy")
+        if name not in names:
+            raise PartunerError(f"--input names {name!r}; the model's inputs are {names}")
+        try:
+            out[name] = np.load(Path(path), allow_pickle=False)
+        except ValueError as exc:
+            why = str(exc)
+            if why.startswith("Object arrays"):  # an .npy of Python objects (a pickle inside)
+                why = "it holds Python objects, which partuner never loads; save a numeric array"
+            elif "pickle" in why:  # numpy's word for "not an .npy file" (a text file, say)
+                why = "it is not a NumPy .npy array (write one with numpy.save(FILE, array))"
+            raise PartunerError(f"cannot read --input {path}: {why}") from None
+        except OSError as exc:
+            raise PartunerError(f"cannot read --input {path}: {exc}") from None
+    return out
 
 
 def skip_unavailable_option(fn: F) -> F:
