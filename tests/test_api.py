@@ -30,3 +30,52 @@ def test_unknown_attribute():
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         partuner.nope  # noqa: B018
     assert "Session" in dir(partuner)
+
+
+def test_wrong_inputs_through_the_library_are_partuners_errors(tmp_path):
+    """Found by a new-user trial of the library: these gave KeyError, TypeError, IndexError,
+    a silently empty problem, or were accepted (a negative time limit, a string read letter by
+    letter)."""
+    from partuner.errors import PartunerError, ProfileError
+    from partuner.export import PartitionSpec, cut
+    from partuner.runtime import Session, check_outputs
+    from partuner.units import units_from_mapping
+
+    g = partuner.load_model(zoo.build("branchy", image_size=16))
+    other = partuner.load_model(zoo.build("squeezenet", image_size=32))
+    units = units_from_mapping({"units": {"cpu": {"backend": "onnxruntime"}}})
+    elsewhere = units_from_mapping({"units": {"npu": {"backend": "onnxruntime"}}})
+    db = tmp_path / "p.db"
+    with partuner.ProfileStore(db) as store:
+        prof = partuner.profile_model(g, units, store=store, budget_s=0.01)
+    with pytest.raises(ProfileError, match="made for another model"):
+        partuner.build_problem(other, units, prof)
+    with pytest.raises(ProfileError, match="made with other units"):
+        partuner.build_problem(g, elsewhere, prof)
+    problem = partuner.build_problem(g, units, prof)
+    for bad in (-1, float("nan"), "2"):
+        with pytest.raises(PartunerError, match="time_limit must be"):
+            partuner.make_plan(problem, "single", time_limit=bad)
+    with pytest.raises(PartunerError, match="repeat must be an integer >= 1"):
+        partuner.tune(g, units, prof, tmp_path / "out", repeat=0, time_limit=1)
+    parts = cut(g, [PartitionSpec("p0", "cpu", tuple(n.name for n in g.compute_nodes))])
+    with pytest.raises(PartunerError, match="timeout_s must be finite and > 0"):
+        Session(g, parts, units, timeout_s=-1)
+    feeds = {g.inputs[0]: np.zeros(g.values[g.inputs[0]].shape, np.float32)}
+    with Session(g, parts, units) as sess:
+        with pytest.raises(PartunerError, match=r"got the string 'output'; write \['output'\]"):
+            sess.run("output", feeds)
+        with pytest.raises(PartunerError, match="feeds must map input names to arrays"):
+            sess.run(None, feeds[g.inputs[0]])
+        with pytest.raises(PartunerError, match="timeout_s must be"):
+            sess.run(None, feeds, timeout_s=-1)
+        with pytest.raises(PartunerError, match="frames must be an iterable"):
+            sess.stream(None)
+        with pytest.raises(PartunerError, match="in_flight must be an integer"):
+            sess.stream([feeds], in_flight="2")
+        (out,) = sess.run(None, feeds)  # the session is still usable
+    ref = {g.outputs[0]: out}
+    with pytest.raises(PartunerError, match=r"write \['f16'\]"):
+        check_outputs(ref, ref, "f16")
+    with pytest.raises(PartunerError, match="are not among the outputs to check"):
+        check_outputs(ref, {})

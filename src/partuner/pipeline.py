@@ -82,6 +82,7 @@ def build_problem(
     fix = dict(corrections or {})
     names = [n.name for n in graph.compute_nodes]
     unit_names = [u for u in units.units if u in profile.units]
+    _check_profile(graph, units, profile, names, unit_names)
     keep = set(names)
     pairs: dict[tuple[str, str], dict[str, int]] = {}
     for src, dst, value, nbytes in graph.edges():
@@ -125,6 +126,39 @@ def build_problem(
     )
 
 
+def _check_profile(
+    graph: ModelGraph, units: UnitSet, profile: Profile, names: list[str], unit_names: list[str]
+) -> None:
+    """Raise ProfileError when ``profile`` was made for another model or other units."""
+    from partuner.errors import ProfileError
+
+    if not isinstance(profile, Profile):
+        raise ProfileError(f"profile must be a Profile (from profile_model), got {profile!r:.80}")
+    missing = [n for n in names if n not in profile.costs]
+    if missing:
+        raise ProfileError(
+            f"the profile has no costs for node {missing[0]!r} of {graph.source} "
+            f"({len(missing)} of {len(names)} nodes): it was made for another model; profile "
+            "this one (profile_model(graph, units))"
+        )
+    if not unit_names:
+        raise ProfileError(
+            f"the profile holds units {sorted(profile.units)}, none of the units "
+            f"{list(units.units)}: it was made with other units; profile with these"
+        )
+
+
+def check_time_limit(time_limit: object) -> float | None:
+    """``time_limit`` as seconds (None: the default), or PartunerError naming what is wrong."""
+    if time_limit is None:
+        return None
+    if isinstance(time_limit, bool) or not isinstance(time_limit, int | float):
+        raise PartunerError(f"time_limit must be a number of seconds, got {time_limit!r:.40}")
+    if not math.isfinite(time_limit) or time_limit < 0:
+        raise PartunerError(f"time_limit must be finite and >= 0 seconds, got {time_limit}")
+    return float(time_limit)
+
+
 def make_plan(
     problem: Problem,
     scheduler: str = "auto",
@@ -146,6 +180,7 @@ def make_plan(
     """
     from partuner.plan.auto import Auto  # registers "auto" and "exact"
 
+    time_limit = check_time_limit(time_limit)
     t0 = time.perf_counter()
     if scheduler != "auto":
         s = get_scheduler(scheduler).schedule(problem, time_limit=time_limit)
@@ -322,7 +357,8 @@ def check_plan_model(pf: PlanFile, graph: ModelGraph) -> None:
     for name, dims in pf.input_shapes.items():
         if name in graph.values and list(graph.values[name].shape) != list(dims):
             raise PlanFileError(
-                f"plan {pf.source} was made for input {name!r} of shape {dims}, the model has "
+                f"plan {pf.source or '(in memory)'} was made for input {name!r} of shape {dims}, "
+                "the model has "
                 f"{list(graph.values[name].shape)}; is the plan for another model?"
             )
     cut(graph, pf.partitions, check=False)  # names every unknown/missing node
@@ -370,6 +406,8 @@ def measure_session(
     session: Session, feeds: dict[str, np.ndarray], repeat: int, warmup: int = 3
 ) -> tuple[RunStats, dict[str, np.ndarray]]:
     """Run ``session`` ``warmup + repeat`` times; latency statistics and the last outputs."""
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise PartunerError(f"repeat must be an integer >= 1, got {repeat!r}")
     outs: list[np.ndarray] = []
     for _ in range(warmup):
         outs = session.run(None, feeds)
@@ -444,6 +482,8 @@ def tune(
     corrections: Mapping[str, float] | None = None,
 ) -> TuneResult:
     """Plan, export, run and check ``graph`` on ``units`` with ``profile``'s costs."""
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise PartunerError(f"repeat must be an integer >= 1, got {repeat!r}")
     say = progress or (lambda _msg: None)
     problem = build_problem(graph, units, profile, corrections)
     problem.validate()

@@ -181,10 +181,14 @@ def run_split(
     BatchError : the feeds do not hold ``split.batch`` items, or two units that share cores
         both got items.
     """
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise BatchError(f"repeat must be an integer >= 1, got {repeat!r}")
     batch = split.batch
     for k, v in feeds.items():
         if v.shape[:1] != (batch,):
-            raise BatchError(f"input {k!r} holds {v.shape[:1]} items, the split {batch}")
+            raise BatchError(
+                f"input {k!r} holds {v.shape[0] if v.ndim else 0} items, the split {batch}"
+            )
     active = split.active
     clash = conflicts_from_cores({u: units[u].cores for u in active})
     both = [(u, v) for u in active for v in clash[u] if u < v]

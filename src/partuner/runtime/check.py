@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from partuner.errors import PartunerError
+
 __all__ = ["CheckResult", "OutputCheck", "check_outputs", "tolerance_for"]
 
 # Pass rules: max |got - ref| <= atol + rtol * max|ref|, and cosine >= min_cosine.
@@ -95,6 +97,17 @@ def check_outputs(
     >>> r.passed, r.rule.startswith("reference not finite")
     (True, True)
     """
+    if isinstance(precisions, str):
+        raise PartunerError(
+            f"precisions must be a list of precision labels, got the string {precisions!r}; "
+            f"write [{precisions!r}]"
+        )
+    lost = [k for k in reference if k not in got]
+    if lost:
+        raise PartunerError(
+            f"output(s) {lost} of the reference are not among the outputs to check "
+            f"({sorted(got)}); pass every output the model has"
+        )
     precision, rule = tolerance_for(precisions)
     text = (
         f"{precision}: max|diff| <= {rule['atol']:g} + {rule['rtol']:g}*max|ref| and "

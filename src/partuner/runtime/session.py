@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import _thread
 import logging
+import math
 import queue
 import threading
 import time
@@ -125,6 +126,15 @@ class _Run:
         self.done.set_all()  # wake every waiter; they check `aborted`
 
 
+def _check_timeout(timeout_s: object) -> float:
+    """``timeout_s`` as seconds > 0, or PartunerError."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float):
+        raise PartunerError(f"timeout_s must be a number of seconds, got {timeout_s!r:.40}")
+    if not math.isfinite(timeout_s) or timeout_s <= 0:
+        raise PartunerError(f"timeout_s must be finite and > 0 seconds, got {timeout_s}")
+    return float(timeout_s)
+
+
 def validate_feeds(graph: ModelGraph, feeds: Mapping[str, np.ndarray]) -> None:
     """Check names, dtypes and shapes of ``feeds`` against the model's inputs."""
     expected = list(graph.inputs)
@@ -168,7 +178,7 @@ class Session:
     ) -> None:
         self.graph = graph
         self.partitions = list(partitions)
-        self.timeout_s = timeout_s
+        self.timeout_s = _check_timeout(timeout_s)
         self._last_trace: list[tuple[int, float, float]] = []
         self._last_handoffs: tuple[list[tuple[str, int, int, int, float]], list[float]] = ([], [])
         #: ``{partition: (planned unit, why it could not run there)}`` for fallen-back partitions
@@ -401,6 +411,18 @@ class Session:
         """Run the model; returns the requested outputs (all when ``None``) in order."""
         if self._closed:
             raise RuntimeFailure("this Session is closed; create a new one")
+        if timeout_s is not None:
+            _check_timeout(timeout_s)
+        if isinstance(output_names, str):
+            raise PartunerError(
+                f"output_names must be a list of output names or None, got the string "
+                f"{output_names!r}; write [{output_names!r}]"
+            )
+        if not isinstance(feeds, Mapping):
+            raise PartunerError(
+                f"feeds must map input names to arrays, e.g. {{{self.graph.inputs[0]!r}: x}}, "
+                f"got {type(feeds).__name__}"
+            )
         if [(k, a.dtype, a.shape) for k, a in feeds.items() if isinstance(a, np.ndarray)] != (
             self._expected
         ):
@@ -465,6 +487,14 @@ class Session:
         naming the frame, partition and unit."""
         from partuner.runtime.stream import StreamStats, stream
 
+        if isinstance(in_flight, bool) or not isinstance(in_flight, int):
+            raise PartunerError(f"in_flight must be an integer of frames, got {in_flight!r:.40}")
+        if frames is None or isinstance(frames, str | bytes):
+            raise PartunerError(
+                f"frames must be an iterable of feeds mappings (one per frame), got {frames!r:.40}"
+            )
+        if timeout_s is not None:
+            _check_timeout(timeout_s)
         self.last_stream = StreamStats()
         return stream(
             [self],
