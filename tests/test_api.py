@@ -79,3 +79,34 @@ def test_wrong_inputs_through_the_library_are_partuners_errors(tmp_path):
         check_outputs(ref, ref, "f16")
     with pytest.raises(PartunerError, match="are not among the outputs to check"):
         check_outputs(ref, {})
+
+
+def test_wrong_arguments_to_load_profile_and_reference_are_named():
+    """Found by a new-user trial of the library: TypeError, ValueError, AttributeError or
+    onnxruntime's own multi-line error; a misspelt fuse pattern matched nothing, silently."""
+    from partuner.errors import InputShapeError, InvalidModelError, PartunerError, ProfileError
+    from partuner.pipeline import reference_outputs
+    from partuner.units import units_from_mapping
+
+    proto = zoo.build("branchy", image_size=16)
+    with pytest.raises(InvalidModelError, match="got int"):
+        partuner.load_model(42)
+    for shapes in ({"input": "1x3x16x16"}, [(1, 3, 16, 16)]):
+        with pytest.raises(InputShapeError, match="must map input names to dimension tuples"):
+            partuner.load_model(proto, shapes)
+    g = partuner.load_model(proto)
+    units = units_from_mapping({"units": {"cpu": {"backend": "onnxruntime"}}})
+    cases = [
+        ((proto, units), {}, "graph must be a ModelGraph"),
+        ((g, ["cpu"]), {}, "units must be a UnitSet"),
+        ((g, units), {"store": "p.db"}, "store must be a ProfileStore"),
+        ((g, units), {"budget_s": -1}, "budget_s must be finite and > 0"),
+        ((g, units), {"fuse_auto": -1}, "fuse_auto must be an integer >= 0"),
+        ((g, units), {"fuse": ["Conv", "Relu"]}, "each a list of op types"),
+        ((g, units), {"fuse": [["Conv", "Rleu"]]}, "'Rleu' is not an ONNX op type"),
+    ]
+    for args, kw, needle in cases:
+        with pytest.raises(ProfileError, match=needle):
+            partuner.profile_model(*args, **kw)
+    with pytest.raises(PartunerError, match=r"input 'input' expects float32 \[1, 3, 16, 16\]"):
+        reference_outputs(g, {"input": np.zeros((1, 3, 8, 8), np.float32)})

@@ -368,6 +368,10 @@ def reference_outputs(graph: ModelGraph, feeds: dict[str, np.ndarray]) -> dict[s
     """Outputs of the unpartitioned model on onnxruntime's CPU provider, f32, all cores."""
     import onnxruntime as ort
 
+    from partuner.runtime import validate_feeds
+
+    validate_feeds(graph, feeds)  # one line naming the input, not onnxruntime's own message
+
     so = ort.SessionOptions()
     so.log_severity_level = 3
     sess = ort.InferenceSession(

@@ -448,11 +448,24 @@ def load_model(
         model = onnx.ModelProto()
         model.CopyFrom(source)
         name = model.graph.name or "<memory>"
+    elif not isinstance(source, str | Path):
+        raise InvalidModelError(
+            f"load_model takes a path to an .onnx file or an onnx.ModelProto, got "
+            f"{type(source).__name__}"
+        )
     else:
         model = read_model_proto(source)
         name = str(source)
     _check(model, name)
     _name_nodes(model)
+    if input_shapes is not None and (
+        not isinstance(input_shapes, Mapping)
+        or not all(isinstance(v, list | tuple) for v in input_shapes.values())
+    ):
+        raise InputShapeError(
+            "input_shapes must map input names to dimension tuples, e.g. "
+            f"{{'input': (1, 3, 224, 224)}}, got {input_shapes!r:.60}"
+        )
     inputs = _fix_inputs(model, dict(input_shapes or {}), name)
     model = _infer(model, name)
     # Shapes computed at run time (Shape -> Gather -> ... -> Slice/Reshape) are constants once

@@ -40,6 +40,7 @@ import numpy as np
 from partuner.errors import ProfileError, UnitUnavailableError
 from partuner.export.cut import cut_nodes
 from partuner.graph import ModelGraph
+from partuner.profile.arguments import check_arguments
 from partuner.profile.context import fit_chain_costs, measure_chains, measure_wake
 from partuner.profile.fleet import add_transport, fleet_links, profile_on_nodes, transport_costs
 from partuner.profile.groups import (
@@ -305,6 +306,7 @@ def profile_model(
     UnitUnavailableError : a unit cannot run here (and ``skip_unavailable`` is off).
     ProfileError : a ``remote`` unit lacks stored measurements for some node of the model.
     """
+    check_arguments(graph, units, store, budget_s, fuse, fuse_auto)
     t_start = time.perf_counter()
     remote = dict(remote or {})
     for u in units:  # Ray units' actors start at once (a worker process each)
