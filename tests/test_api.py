@@ -110,3 +110,18 @@ def test_wrong_arguments_to_load_profile_and_reference_are_named():
             partuner.profile_model(*args, **kw)
     with pytest.raises(PartunerError, match=r"input 'input' expects float32 \[1, 3, 16, 16\]"):
         reference_outputs(g, {"input": np.zeros((1, 3, 8, 8), np.float32)})
+
+
+def test_cut_and_a_problem_file_name_what_they_take():
+    """Found by a new-user trial of the library: `cut(graph, plan)` was a TypeError, and a
+    problem file holding a JSON list quoted "'list' object has no attribute 'get'"."""
+    from partuner.errors import PartunerError, PlanFileError
+    from partuner.plan import Problem
+
+    g = partuner.load_model(zoo.build("branchy", image_size=16))
+    with pytest.raises(PlanFileError, match=r"a plan's \.partitions\), got object"):
+        partuner.cut(g, object())
+    with pytest.raises(PlanFileError, match="a name, a unit and nodes, got int"):
+        partuner.cut(g, [1])
+    with pytest.raises(PartunerError, match="holds a JSON list, not the object"):
+        Problem.from_json("[]")

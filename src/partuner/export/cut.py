@@ -187,8 +187,17 @@ def cut(
     Constant nodes (``graph.is_constant``) need not be listed: they are copied into each partition
     that reads them. Every non-constant node must be in exactly one partition.
     """
+    if not isinstance(partitions, Iterable) or isinstance(partitions, str):
+        raise PlanFileError(
+            f"cut takes the partitions (a plan's .partitions), got {type(partitions).__name__}"
+        )
+    partitions = list(partitions)
     names: set[str] = set()
     for p in partitions:
+        if not all(hasattr(p, k) for k in ("name", "unit", "nodes")):
+            raise PlanFileError(
+                f"cut takes partitions with a name, a unit and nodes, got {type(p).__name__}"
+            )
         if p.name in names:  # type: ignore[attr-defined]
             raise PlanFileError(f"partition name {p.name!r} appears twice; rename one")  # type: ignore[attr-defined]
         names.add(p.name)  # type: ignore[attr-defined]

@@ -549,6 +549,11 @@ class Problem(MemoryModel):
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise PartunerError(f"problem file is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise PartunerError(
+                f"problem file holds a JSON {type(data).__name__}, not the object "
+                '--dump-problem writes ({"nodes": [...], "units": [...], ...})'
+            )
         return cls.from_dict(data)
 
 
