@@ -123,5 +123,5 @@ def test_cut_and_a_problem_file_name_what_they_take():
         partuner.cut(g, object())
     with pytest.raises(PlanFileError, match="a name, a unit and nodes, got int"):
         partuner.cut(g, [1])
-    with pytest.raises(PartunerError, match="holds a JSON list, not the object"):
+    with pytest.raises(PartunerError, match="malformed problem JSON: it holds a list, not"):
         Problem.from_json("[]")

@@ -551,7 +551,7 @@ class Problem(MemoryModel):
             raise PartunerError(f"problem file is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
             raise PartunerError(
-                f"problem file holds a JSON {type(data).__name__}, not the object "
+                f"malformed problem JSON: it holds a {type(data).__name__}, not the object "
                 '--dump-problem writes ({"nodes": [...], "units": [...], ...})'
             )
         return cls.from_dict(data)
