@@ -442,56 +442,45 @@ def test_cli_splits_the_users_batch_and_writes_the_merged_outputs(free_file, two
     y = np.load(out)["y"]
     want = np.maximum(x @ numpy_helper.to_array(_free_batch_model().graph.initializer[0]), 0)
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+    base = ("batch", free_file, "--units", two_units, "--db", db)
     _fails_cleanly(
-        _invoke(
-            "batch",
-            free_file,
-            "--units",
-            two_units,
-            "--db",
-            db,
-            "--batch",
-            6,
-            "--input",
-            f"x={tmp_path / 'x.npy'}",
-        ),  # fmt: skip
+        _invoke(*base, "--batch", 6, "--input", f"x={tmp_path / 'x.npy'}"),
         "--batch 6 but the --input arrays hold 7 items",
     )
     np.save(tmp_path / "i.npy", x.astype(np.int32))
     _fails_cleanly(
         _invoke(
-            "batch",
-            free_file,
-            "--units",
-            two_units,
-            "--db",
-            db,
-            "--repeat",
-            1,
-            "--input",
-            f"x={tmp_path / 'i.npy'}",
-            "-o",
-            tmp_path / "z.npz",
-        ),  # fmt: skip
+            *base, "--repeat", 1, "--input", f"x={tmp_path / 'i.npy'}", "-o", tmp_path / "z.npz"
+        ),
         "input 'x' expects float32 [7, 4], got int32 [7, 4]",
     )
     assert not (tmp_path / "z.npz").exists()
-    _fails_cleanly(
-        _invoke(
-            "batch",
-            free_file,
-            "--units",
-            two_units,
-            "--db",
-            db,
-            "--batch",
-            2,
-            "-o",
-            tmp_path / "y.txt",
-        ),  # fmt: skip
-        "name a .npz file",
-    )
+    _fails_cleanly(_invoke(*base, "--batch", 2, "-o", tmp_path / "y.txt"), "name a .npz file")
     _fails_cleanly(
         _invoke("batch", free_file, "--table", "--input", f"x={tmp_path / 'x.npy'}"),
         "--table only profiles",
     )
+
+
+def test_cli_writes_outputs_whatever_their_names(tmp_path, two_units):
+    """Outputs named ``file`` or ``allow_pickle`` are keys of the .npz like any other
+    (``numpy.savez(file, **outputs)`` fails on the one and takes the other as its flag)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 3])
+            for n in ("file", "allow_pickle")]  # fmt: skip
+    nodes = [helper.make_node("Relu", ["x"], ["file"], name="r"),
+             helper.make_node("Neg", ["x"], ["allow_pickle"], name="n")]  # fmt: skip
+    m = helper.make_model(helper.make_graph(nodes, "names", [x], outs),
+                          opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
+    onnx.save(m, tmp_path / "names.onnx")
+    xs = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", xs)
+    out = tmp_path / "o.npz"
+    feed = f"x={tmp_path / 'x.npy'}"
+    r = _invoke("batch", tmp_path / "names.onnx", "--units", two_units, "--db",
+                tmp_path / "p.db", "--repeat", 1, "--input", feed, "-o", out)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    got = np.load(out)
+    assert sorted(got) == ["allow_pickle", "file"]
+    np.testing.assert_array_equal(got["file"], np.maximum(xs, 0))
+    np.testing.assert_array_equal(got["allow_pickle"], -xs)

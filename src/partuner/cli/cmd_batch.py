@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import sys
+import zipfile
 from typing import Any
 
 import click
@@ -137,9 +138,7 @@ def batch_cmd(
         )
     _warn(r.notes, quiet)
     if output is not None and r.run.check.passed:  # outputs that failed the check: not kept
-        buf = io.BytesIO()
-        np.savez(buf, **r.outputs)
-        atomic_write(output, buf.getvalue())
+        atomic_write(output, _npz(r.outputs))
     result = r.to_dict()
     written = output is not None and r.run.check.passed
     result["outputs_file"] = output if written else None
@@ -151,6 +150,18 @@ def batch_cmd(
             console.print(f"merged outputs (the exact split's, in input order) written to {output}")
     if not r.run.check.passed or (r.hybrid is not None and not r.hybrid.check.passed):
         raise SystemExit(1)
+
+
+def _npz(arrays: dict[str, np.ndarray]) -> bytes:
+    """``arrays`` as the bytes of an ``.npz`` (what ``numpy.savez`` writes, but any output name
+    is a key: ``savez(file, **arrays)`` fails on an output named ``file`` and takes one named
+    ``allow_pickle`` as its flag)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        for name, a in arrays.items():
+            with z.open(f"{name}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(a), allow_pickle=False)
+    return buf.getvalue()
 
 
 def _batch_of(feeds: dict[str, np.ndarray], batch: int | None) -> int | None:
