@@ -8,8 +8,8 @@ reads one gets its own copy, so no constant ever crosses a unit boundary.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
@@ -18,7 +18,7 @@ from onnx import helper
 from partuner.errors import PartitionCycleError, PlanFileError
 from partuner.graph import ModelGraph
 
-__all__ = ["PartitionModel", "cut", "cut_nodes", "partition_order"]
+__all__ = ["PartitionModel", "cut", "cut_nodes", "for_unit_ops", "partition_order"]
 
 
 @dataclass
@@ -225,4 +225,24 @@ def cut(
     for p in partitions:
         m, ins, outs = cut_nodes(graph, p.name, p.nodes, check=check)  # type: ignore[attr-defined]
         out.append(PartitionModel(p.name, p.unit, tuple(p.nodes), m, ins, outs))  # type: ignore[attr-defined]
+    return out
+
+
+def for_unit_ops(
+    parts: Sequence[PartitionModel], units: Mapping[str, object]
+) -> list[PartitionModel]:
+    """``parts`` with each partition written in the op types its unit lists: a node its unit
+    runs only as another op (a ``Mul`` by a per-channel constant as a ``BatchNormalization``:
+    ``partuner.graph.equivalents``) is written as that op, as the unit is given it to compile.
+    ``units`` maps unit names to their specs (a plan file's ``units``, with ``ops``)."""
+    from partuner.graph.equivalents import rewrite_for_ops
+
+    out = []
+    for p in parts:
+        spec = units.get(p.unit)
+        ops = spec.get("ops") if isinstance(spec, Mapping) else None
+        if not isinstance(ops, list | tuple) or not all(isinstance(o, str) for o in ops):
+            ops = None
+        model = rewrite_for_ops(p.model, ops)
+        out.append(p if model is p.model else replace(p, model=model))
     return out

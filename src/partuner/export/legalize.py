@@ -26,7 +26,7 @@ import yaml
 from onnx import numpy_helper
 
 from partuner.errors import InvalidModelError
-from partuner.export.cut import PartitionModel, cut
+from partuner.export.cut import PartitionModel, cut, for_unit_ops
 from partuner.export.planfile import PlanFile, atomic_write, plan_to_dict
 from partuner.export.writer import check_outdir, manifest, move_into, temp_folder
 from partuner.graph import ModelGraph
@@ -333,7 +333,7 @@ def export_legalized(
     partitions (``model`` legalized, ``inputs``/``outputs`` the original names) and the manifest."""
     outdir = Path(outdir)
     check_outdir(plan, outdir)
-    parts = cut(graph, plan.partitions)
+    parts = for_unit_ops(cut(graph, plan.partitions), plan.units)
     names = legal_name_map(graph.model) if options.legal_names else None
     tmp = temp_folder(outdir)
     try:

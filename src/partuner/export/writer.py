@@ -24,7 +24,7 @@ import onnx
 import yaml
 
 from partuner.errors import PartunerError
-from partuner.export.cut import PartitionModel, cut, partition_order
+from partuner.export.cut import PartitionModel, cut, for_unit_ops, partition_order
 from partuner.export.planfile import (
     PlanFile,
     check_partition_names,
@@ -72,7 +72,7 @@ def export_plan(graph: ModelGraph, plan: PlanFile, outdir: str | Path) -> list[P
     """Cut ``graph`` along ``plan`` and write the partitions, manifest and plan to ``outdir``."""
     outdir = Path(outdir)
     check_outdir(plan, outdir)
-    parts = cut(graph, plan.partitions)
+    parts = for_unit_ops(cut(graph, plan.partitions), plan.units)
     tmp = temp_folder(outdir)
     try:
         for p in parts:

@@ -106,7 +106,26 @@ def write_kit(
     (out / "models").mkdir(parents=True, exist_ok=True)
     items: list[dict[str, Any]] = []
 
-    def add(sig: str, kind: str, models: list[onnx.ModelProto], inputs: dict, runs: list) -> None:
+    by_name = {u.name: u for u in real}
+
+    def add(
+        sig: str, kind: str, models: list[onnx.ModelProto], inputs: dict, runs: list
+    ) -> list[dict[str, Any]]:
+        """One item per form of ``models`` the units ``runs`` compile (``Unit.for_ops``)."""
+        forms: dict[object, tuple[list[onnx.ModelProto], list[str]]] = {}
+        for name in runs:
+            unit = by_name.get(name)
+            ms = [unit.for_ops(m) for m in models] if unit is not None else models
+            key = unit.ops if any(a is not b for a, b in zip(ms, models, strict=True)) else None
+            forms.setdefault(key, (ms, []))[1].append(name)
+        first = len(items)
+        for ms, names in forms.values() if forms else [(models, [])]:
+            add_item(sig, kind, ms, inputs, names)
+        return items[first:]
+
+    def add_item(
+        sig: str, kind: str, models: list[onnx.ModelProto], inputs: dict, runs: list
+    ) -> None:
         files = []
         for k, m in enumerate(models):
             rel = f"models/{len(items):04d}{'' if len(models) == 1 else f'_{k}'}.onnx"
@@ -144,8 +163,9 @@ def write_kit(
     whole = [u.name for u in real if all(u.supports(x, graph) for x in graph.compute_nodes)]
     for sig, specs in chain_cuts(graph, model_digest(graph)):
         parts = cut(graph, specs, check=False)
-        add(sig, "chain", [p.model for p in parts], _inputs(graph, graph.inputs), whole)
-        items[-1]["detail"] = chain_detail(graph, parts)
+        chain_in = _inputs(graph, graph.inputs)
+        for item in add(sig, "chain", [p.model for p in parts], chain_in, whole):
+            item["detail"] = chain_detail(graph, parts)
     devices = [u.name for u in real if not u.host_memory]
     for nbytes in link_sizes if devices else ():
         shape = [max(nbytes // 4, 1)]

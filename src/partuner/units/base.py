@@ -159,8 +159,11 @@ class Unit(abc.ABC):
         self.options: dict[str, Any] = self._configure(opts)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A remote unit is never available here, whatever its backend says."""
+        """A remote unit is never available here, whatever its backend says; a model given to
+        a unit to compile is first written in the op types it lists (:meth:`for_ops`)."""
         super().__init_subclass__(**kwargs)
+        for method in ("prepare", "layer_times", "layer_profile"):
+            _legalize_model_arg(cls, method)
         own = cls.__dict__.get("availability")
         if own is None or getattr(own, "_remote_aware", False):
             return
@@ -238,8 +241,28 @@ class Unit(abc.ABC):
         return sorted({*cls.OPTIONS, *COMMON_OPTIONS})
 
     def supports(self, node: NodeInfo, graph: ModelGraph | None = None) -> bool:
-        """Whether this unit can run ``node`` (by op type; ``ops=None`` means every op)."""
-        return self.ops is None or node.op_type in self.ops
+        """Whether this unit can run ``node``: by op type (``ops=None`` means every op), or,
+        given the graph, written as an op type it lists (a ``Mul`` or ``Add`` by a per-channel
+        constant as a ``BatchNormalization``: ``partuner.graph.equivalents``)."""
+        if self.ops is None or node.op_type in self.ops:
+            return True
+        if graph is None:
+            return False
+        from partuner.graph.equivalents import runs_as
+
+        return runs_as(graph, node) in self.ops
+
+    def for_ops(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """``model`` with the nodes this unit runs only as another op type written as that
+        op (``partuner.graph.equivalents``): what it is given to compile, and what ``partuner
+        export`` writes for it. ``model`` itself where there is nothing to write."""
+        import onnx
+
+        if self.ops is None or not isinstance(model, onnx.ModelProto):
+            return model
+        from partuner.graph.equivalents import rewrite_for_ops
+
+        return rewrite_for_ops(model, self.ops)
 
     def modeled_time_us(
         self,
@@ -323,6 +346,20 @@ class Unit(abc.ABC):
 
 
 # -- option parsing helpers (used by the backends) --------------------------------------------
+
+
+def _legalize_model_arg(cls: type, method: str) -> None:
+    """Wrap ``cls``'s own ``method(model, ...)`` so that it gets ``self.for_ops(model)``."""
+    own = cls.__dict__.get(method)
+    if own is None or getattr(own, "_for_ops", False):
+        return
+
+    @functools.wraps(own)
+    def wrapped(self: Unit, model: Any, *args: Any, **kwargs: Any) -> Any:
+        return own(self, self.for_ops(model), *args, **kwargs)
+
+    wrapped._for_ops = True  # type: ignore[attr-defined]
+    setattr(cls, method, wrapped)
 
 
 def _type_name(value: object) -> str:
