@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from partuner.errors import UnitError
+from partuner.units.common_options import parse_cores, parse_memory, parse_ops, parse_remote
 
 if TYPE_CHECKING:
     import numpy as np
@@ -148,11 +149,11 @@ class Unit(abc.ABC):
                 f"valid options: {valid}"
             )
         opts = dict(options)
-        self.cores: tuple[int, ...] | None = _parse_cores(opts.pop("cores", None))
-        self.ops: frozenset[str] | None = _parse_ops(opts.pop("ops", None))
-        self.memory_mb: float | None = _parse_memory(opts.pop("memory_mb", None))
+        self.cores: tuple[int, ...] | None = parse_cores(opts.pop("cores", None))
+        self.ops: frozenset[str] | None = parse_ops(opts.pop("ops", None))
+        self.memory_mb: float | None = parse_memory(opts.pop("memory_mb", None))
         #: ``None`` (runs here), or ``{}`` / ``{"fingerprint": FP}`` for a remote target
-        self.remote: dict[str, str] | None = _parse_remote(opts.pop("remote", None))
+        self.remote: dict[str, str] | None = parse_remote(opts.pop("remote", None))
         if self.remote is not None and self.modeled:
             raise UnitError("option 'remote' does not apply to a modeled unit (nothing to measure)")
         self.precision: str = "f32"
@@ -456,68 +457,6 @@ def opt_str_map(opts: dict[str, Any], key: str, *, as_str: bool = True) -> dict[
             v = ("1" if v else "0") if isinstance(v, bool) else str(v)
         out[k] = v
     return out
-
-
-def _parse_cores(value: object) -> tuple[int, ...] | None:
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = [value]
-    if not isinstance(value, list | tuple) or not value:
-        raise UnitError(f"option 'cores' must be a non-empty list of core ids, got {value!r}")
-    for c in value:
-        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
-            raise UnitError(f"option 'cores' must list core ids >= 0, got {c!r}")
-    if len(set(value)) != len(value):
-        raise UnitError(f"option 'cores' lists a core twice: {list(value)}")
-    return tuple(value)
-
-
-def _parse_ops(value: object) -> frozenset[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list | tuple | set | frozenset) or not value:
-        raise UnitError(f"option 'ops' must be a non-empty list of op types, got {value!r}")
-    from partuner.graph.ops import op_type_problem  # onnx only for a unit that lists ops
-
-    for op in value:
-        if not isinstance(op, str) or not op:
-            raise UnitError(f"option 'ops' must list op type names like Conv, got {op!r}")
-        why = op_type_problem(op)
-        if why is not None:
-            raise UnitError(f"option 'ops': {why}; list ONNX op types like Conv, Relu")
-    return frozenset(value)
-
-
-def _parse_memory(value: object) -> float | None:
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise UnitError(f"option 'memory_mb' must be a number of megabytes > 0, got {value!r}")
-    return float(value)
-
-
-def _parse_remote(value: object) -> dict[str, str] | None:
-    if value is None or value is False:
-        return None
-    if value is True:
-        return {}
-    if isinstance(value, Mapping):
-        extra = [k for k in value if k != "fingerprint"]
-        fp = value.get("fingerprint")
-        if not extra and isinstance(fp, str) and re.fullmatch(r"[A-Za-z0-9._-]+", fp):
-            return {"fingerprint": fp}
-    raise UnitError(
-        f"option 'remote' must be true, false or {{fingerprint: FP}} (FP as `partuner profile "
-        f"--import` prints it), got {value!r}"
-    )
 
 
 def _jsonable(value: object) -> object:
