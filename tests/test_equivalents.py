@@ -190,3 +190,16 @@ def test_kit_gives_a_unit_the_model_it_compiles(tmp_path):
             forms.setdefault(unit, set()).add(m.graph.node[-1].op_type)
     assert "BatchNormalization" in forms["npu"] and "Mul" not in forms["npu"]
     assert forms["cpu"] == {"Mul"}
+
+
+def test_an_initializer_listed_as_a_graph_input_is_rewritten_and_stays_declared():
+    model = _model()
+    model.graph.input.append(helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, C, 1, 1]))
+    g = load_model(model)
+    assert runs_as(g, g.node("scale")) == "BatchNormalization"  # a weight, as partuner reads it
+    out = rewrite_for_ops(model, NPU_OPS)
+    assert {n.name: n.op_type for n in out.graph.node}["scale"] == "BatchNormalization"
+    assert "s" in {t.name for t in out.graph.initializer}  # the declared input keeps its value
+    onnx.checker.check_model(out, full_check=True)
+    x = np.random.default_rng(3).standard_normal((1, 3, H, H)).astype(np.float32)
+    np.testing.assert_allclose(_run(out, x), _run(model, x), rtol=1e-5, atol=1e-6 * 4096)

@@ -6,7 +6,8 @@ inference batch norm that no convolution precedes as a ``Mul`` and an ``Add`` by
 constants (tf2onnx; DenseNet's pre-activation norms), and a plain per-channel scale or shift is
 common too. Each such node *is* a batch norm of the values it reads: ``x * c`` is
 ``BatchNormalization(x, scale=c, B=0, mean=0, var=1, epsilon=0)`` and ``x + c`` is the same with
-``scale=1, B=c``, with the same result to the last bit (``(x - 0) / sqrt(1 + 0) * c + 0``).
+``scale=1, B=c``: the same values (``(x - 0) / sqrt(1 + 0) * c + 0``), though a backend may
+fuse the two forms with their neighbours differently and so round differently.
 
 - :func:`runs_as` says which op type (if any) a node of a loaded graph can be written as; a
   unit whose ``ops`` hold that type runs the node (:meth:`partuner.units.Unit.supports`);
@@ -54,9 +55,10 @@ def channel_broadcast(data: Sequence[int], const: Sequence[int]) -> bool:
 def runs_as(graph: ModelGraph, node: NodeInfo) -> str | None:
     """The op type ``node`` can be written as (:data:`AS_BATCHNORM`), or None.
 
-    A ``Mul`` or ``Add`` of a float value of rank >= 2 and one constant (an initializer or a
-    ``Constant`` node's output) per channel or scalar, its output shaped as its input, in a
-    model of opset 9 or later.
+    A ``Mul`` or ``Add`` of a float value of rank >= 2 and one constant (an initializer, also
+    one listed among the graph inputs as partuner reads those: a weight, or a ``Constant``
+    node's output) per channel or scalar, its output shaped as its input, in a model of opset 9
+    or later.
     """
     if node.op_type not in _AFFINE or node.domain not in ("", "ai.onnx"):
         return None
@@ -100,9 +102,13 @@ def rewrite_for_ops(model: onnx.ModelProto, ops: Collection[str] | None) -> onnx
     from onnx import numpy_helper
 
     g = model.graph
-    consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    # only the constants a candidate reads are decoded (a whole model's weights are not)
+    wanted = {v for n in g.node if n.op_type in _AFFINE and n.op_type not in ops for v in n.input}
+    consts: dict[str, np.ndarray] = {
+        t.name: numpy_helper.to_array(t) for t in g.initializer if t.name in wanted
+    }
     for n in g.node:
-        if n.op_type == "Constant" and len(n.output) == 1:
+        if n.op_type == "Constant" and len(n.output) == 1 and n.output[0] in wanted:
             value = next((a.t for a in n.attribute if a.name == "value"), None)
             if value is not None:
                 consts[n.output[0]] = numpy_helper.to_array(value)
@@ -129,7 +135,7 @@ def rewrite_for_ops(model: onnx.ModelProto, ops: Collection[str] | None) -> onnx
         return model
     # the constants only rewritten nodes read go (as an exporter would leave no stray weight)
     read = {v for n in new_nodes for v in n.input}
-    read |= {o.name for o in g.output}
+    read |= {o.name for o in g.output} | {i.name for i in g.input}  # a listed input stays
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.node[:]
