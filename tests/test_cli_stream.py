@@ -34,6 +34,8 @@ def test_plan_and_run_a_stream_on_two_cpus(tmp_path, branchy_file, units_file, d
     assert r.exit_code == 0, r.output
     res = json.loads(r.output)
     assert res["objective"] == "throughput"
+    # the two units timed side by side: what each takes more while the other works
+    assert set(res["corun"]) <= {"cpu0", "cpu1"} and all(f > 1 for f in res["corun"].values())
     assert res["predicted_fps"] > 0 and res["fps_bound"] >= res["predicted_fps"] * (1 - 1e-9)
     base = res["baselines"]
     assert {"latency plan", "best single unit", "data-parallel"} <= set(base)

@@ -117,6 +117,9 @@ def test_node_no_unit_can_run() -> None:
         (lambda p: p.links.update({("u", "v"): Link(-1, 1)}), PartunerError, "latency_us >= 0"),
         (lambda p: p.call_overhead_us.update(w=1.0), PartunerError, "unknown unit 'w'"),
         (lambda p: p.call_overhead_us.update(u=-1.0), PartunerError, "must be >= 0"),
+        (lambda p: p.corun.update(u=0.9), PartunerError, "corun of unit 'u' must be .* >= 1"),
+        (lambda p: p.corun.update(v=INF), PartunerError, "corun of unit 'v' must be"),
+        (lambda p: p.corun.update(w=1.1), PartunerError, "corun of unit 'w' must be"),
     ],
 )
 def test_validate_names_the_problem(change, error, pattern) -> None:
@@ -175,6 +178,7 @@ def test_json_round_trip_keeps_infinity_as_a_string() -> None:
         call_overhead_us={"v": 30.0},
         modeled={"v"},
         name="dia",
+        corun={"u": 1.25},
     )
     text = p.to_json()
     assert "Infinity" not in text
@@ -183,6 +187,7 @@ def test_json_round_trip_keeps_infinity_as_a_string() -> None:
     assert data["cost"]["b"]["v"] == "inf"
     assert data["links"] == [{"a": "u", "b": "v", "latency_us": 3.0, "gbps": "inf"}]
     assert data["edges"][0] == {"src": "a", "dst": "b", "nbytes": 100, "values": ["x"]}
+    assert data["corun"] == {"u": 1.25}
     assert Problem.from_json(text) == p
 
 

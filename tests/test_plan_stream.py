@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -88,6 +89,31 @@ def test_a_two_stage_pipeline_runs_at_its_slower_stage() -> None:
     assert less.name == "two, 1 in flight" and less.in_flight == 1
     assert less.fps == pytest.approx(one.fps) and less.latency_us(99) == pytest.approx(5.0)
     assert fewer_in_flight(p, less) == []
+
+
+def test_units_slowing_each_other_stretch_a_pipeline_not_its_bound() -> None:
+    """``corun``: each unit's partitions take its factor more in proportion to the share of
+    the period the other lane works; a plan on one unit is not slowed; the bound stays."""
+    p = _chain([{"a": 3.0, "b": 50.0}, {"a": 50.0, "b": 2.0}], corun={"a": 1.2, "b": 1.5})
+    parts = [Partition("p0", "a", ("n0",)), Partition("p1", "b", ("n1",))]
+    s = simulate_stream(p, parts, in_flight=2)
+    # plain: period 3, b busy 2/3 of it: a takes 3 * (1 + 0.2 * 2/3), b 2 * (1 + 0.5 * 1)
+    assert s.period_us == pytest.approx(3.4)
+    assert s.busy_us == pytest.approx({"a": 3.4, "b": 3.0})
+    assert s.load_bound_us == pytest.approx(3.0)
+    plain = simulate_stream(
+        _chain([{"a": 3.0, "b": 50.0}, {"a": 50.0, "b": 2.0}]), parts, in_flight=2
+    )
+    assert plain.period_us == pytest.approx(3.0)
+    alone = [Partition("p0", "a", ("n0", "n1"))]
+    assert simulate_stream(p, alone, in_flight=2).period_us == pytest.approx(53.0)
+    # units sharing hardware are one lane: they never run at once, nothing slows them
+    shared = _chain(
+        [{"a": 3.0, "b": 50.0}, {"a": 50.0, "b": 2.0}],
+        corun={"a": 1.2, "b": 1.5},
+        resources={"a": {"c0"}, "b": {"c0"}},
+    )
+    assert simulate_stream(shared, parts, in_flight=2).period_us == pytest.approx(5.0)
 
 
 def test_a_unit_with_two_stages_interleaves_frames() -> None:
@@ -213,6 +239,18 @@ def test_copies_of_the_whole_model_when_units_run_it_alone() -> None:
     assert dp.fps == pytest.approx(2 * r.baselines["best single unit"].fps)
     assert r.best.fps >= dp.fps * (1 - 1e-9)
     assert r.status == "optimal"  # the copies meet the fractional bound
+
+
+def test_copies_side_by_side_slow_each_other() -> None:
+    p = dataclasses.replace(make_problem("chain", "two_equal"), corun={"u0": 1.25, "u1": 1.25})
+    r = plan_throughput(p, time_limit=2.0)
+    dp, single = r.baselines["data-parallel"], r.baselines["best single unit"]
+    busy = [max(t.utilisation().values()) for t in dp.timings]
+    # each copy runs while the other is busy (about all the time): 1.25x slower; one unit
+    # alone is not slowed
+    assert min(busy) > 0.9
+    assert dp.fps == pytest.approx(2 * single.fps / (1 + 0.25 * min(busy)), rel=0.02)
+    assert r.status != "optimal"  # the copies no longer meet the plain-cost bound
 
 
 def test_a_latency_bound_no_plan_meets_names_the_best_latency() -> None:

@@ -118,7 +118,10 @@ def plan_cmd(
         problem = Problem.from_json(path.read_text())
     else:
         prof = profile_cli(
-            g, us, db, quiet or as_json, skip_unavailable, fuse=fuse, fuse_max=fuse_max
+            *(g, us, db, quiet or as_json, skip_unavailable),
+            fuse=fuse,
+            fuse_max=fuse_max,
+            corun=objective == "throughput",
         )
         problem = build_problem(g, us, prof, corrections_cli(g, us, db))
     problem.validate()
@@ -261,6 +264,7 @@ def _plan_stream(
     r = plan_result(result, output)
     r["problem"] = problem.name
     r["model"] = graph.source if graph is not None else None
+    r["corun"] = dict(problem.corun)
     if as_json:
         emit_json(r)
     else:

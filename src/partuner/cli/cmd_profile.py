@@ -223,7 +223,7 @@ def _run_profile(g: Any, us: Any, store: Any, quiet: bool, **kw: Any) -> Any:
 
     budget = kw.pop("budget")
     with progress_bar("profiling", quiet) as cb:
-        return profile_model(g, us, store=store, progress=cb, budget_s=budget, **kw)
+        return profile_model(g, us, store=store, progress=cb, budget_s=budget, corun=True, **kw)
 
 
 def _show(db: str | None, as_json: bool) -> None:
@@ -367,7 +367,7 @@ def _render(
         )
     t = Table(show_edge=False)
     cols = ("unit", "per partition", "per MB in", "per MB out", "whole model", "sum of parts")
-    for c in (*cols, "additivity error", "with groups", "in context", "costs"):
+    for c in (*cols, "additivity error", "with groups", "in context", "costs", "beside others"):
         t.add_column(c, justify="right" if c != "unit" else "left")
     for r in summary:
         label = " (modeled)" if r["modeled"] else ""
@@ -386,6 +386,7 @@ def _render(
             _pct(None if r["modeled"] else r["fused_additivity_error"]),
             _pct(r["in_context_additivity_error"]),
             r["costs_from"],
+            "-" if r["corun_factor"] is None else f"x{r['corun_factor']:.3f}",
         )
     console.print(t)
     for r in summary:

@@ -106,7 +106,12 @@ def tune_cmd(
     name = Path(model[4:] if model.startswith("zoo:") else model).name.split(".")[0]
     outdir = Path(output) if output else Path("partuner-out") / name
     quiet = quiet or as_json
-    prof = profile_cli(g, us, db, quiet, skip_unavailable, fuse=fuse, fuse_max=fuse_max)
+    prof = profile_cli(
+        *(g, us, db, quiet, skip_unavailable),
+        fuse=fuse,
+        fuse_max=fuse_max,
+        corun=objective == "throughput",
+    )
     if objective == "throughput":
         _tune_stream(g, us, prof, db, outdir, time_limit, max_latency_ms, frames, as_json, quiet)
         return

@@ -22,10 +22,11 @@ def profile_cli(
     budget_s: float = 0.25,
     fuse: tuple[str, ...] = (),
     fuse_max: int = 3,
+    corun: bool = False,
 ) -> Any:
     """Profile with a progress bar; ``fuse`` holds ``--fuse`` patterns (or ``auto``). Remote
     units (``remote: true`` in the units file) come from the kit results imported into the
-    store, never timed here."""
+    store, never timed here. ``corun``: measure the units side by side too (streams)."""
     from partuner.profile import ProfileStore, parse_pattern, profile_model
     from partuner.profile.remote import resolve_remote
 
@@ -44,6 +45,7 @@ def profile_cli(
                 fuse=patterns or None,
                 fuse_auto=fuse_auto,
                 remote=remote,
+                corun=corun,
             )
 
 
@@ -69,6 +71,7 @@ def unit_summary(profile: Any) -> list[dict[str, Any]]:
                 "plan_extra_us": up.plan_extra_us,
                 "plan_io_scale": up.plan_io_scale,
                 "ray_call_us": up.ray_call_us,
+                "corun_factor": up.corun,
                 "boundary_us_per_mb": up.boundary_us_per_byte * 1e6,
                 "boundary_out_us_per_mb": up.boundary_out_us_per_byte * 1e6,
                 "whole_model_ms": None if up.whole_us is None else up.whole_us / 1e3,

@@ -89,6 +89,9 @@ def print_plan(r: dict[str, Any]) -> None:
     for p in r["partitions"]:
         parts.add_row(p["name"], p["unit"], str(p["nodes"]))
     console.print(parts)
+    if r.get("corun"):
+        slow = ", ".join(f"{u} x{f:.3f}" for u, f in r["corun"].items())
+        console.print(f"units slowing each other when all work (measured): {slow}")
     if r["plan_file"]:
         console.print(f"plan written to {r['plan_file']}")
 

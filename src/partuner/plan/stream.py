@@ -141,6 +141,7 @@ def simulate_stream(
     in_flight: int,
     frames: int | None = None,
     handoff: float | None = None,
+    beside: float = 0.0,
 ) -> StreamTiming:
     """Predict the steady state of ``partitions`` (in plan order) run on a stream of frames
     with at most ``in_flight`` frames in flight (module docstring: the policy).
@@ -161,8 +162,45 @@ def simulate_stream(
     >>> s = simulate_stream(p, two, in_flight=2)
     >>> s.single_us, s.period_us, s.load_bound_us
     (3.0, 3.0, 3.0)
+
+    Units that slow each other down (``problem.corun``, measured by ``profile/corun.py``): a
+    partition takes ``cost * (1 + (factor - 1) * busy)``, ``busy`` the largest share of the
+    period another lane works (from a first simulation at the plain costs), or ``beside`` (the
+    share of time units outside this stream work: other copies of it), whichever is larger;
+    the loads, and so the bound, stay the plain costs.
+
+    >>> slow = Problem(p.nodes, p.units, p.cost, corun={"x": 1.5, "y": 1.5})
+    >>> round(simulate_stream(slow, two, in_flight=2).period_us, 3)
+    4.0
     """
-    parts = list(partitions)
+    first = _simulate(problem, list(partitions), in_flight, frames, handoff, {})
+    lane_of = lanes_of(problem, [pt.unit for pt in partitions])
+    factor = {u: problem.corun.get(u, 1.0) for u in lane_of}
+    alone = len(set(lane_of.values())) < 2 and beside <= 0.0
+    if alone or max(factor.values(), default=1.0) <= 1.0:
+        return first
+    lane_busy: dict[int, float] = {}
+    for u, t in first.busy_us.items():
+        lane_busy[lane_of[u]] = lane_busy.get(lane_of[u], 0.0) + t
+    share = {k: min(1.0, t / first.period_us) for k, t in lane_busy.items()}
+    others = {
+        u: max([b for k, b in share.items() if k != lane_of[u]] + [min(1.0, beside)])
+        for u in factor
+    }
+    scale = {u: 1.0 + (f - 1.0) * others[u] for u, f in factor.items()}
+    return _simulate(problem, list(partitions), in_flight, frames, handoff, scale)
+
+
+def _simulate(
+    problem: Problem,
+    parts: list,
+    in_flight: int,
+    frames: int | None,
+    handoff: float | None,
+    scale: dict[str, float],
+) -> StreamTiming:
+    """:func:`simulate_stream` with each unit's partitions taking ``scale`` (default 1) times
+    their cost."""
     in_flight = max(1, int(in_flight))
     n_frames = frames if frames is not None else default_frames(len(parts), in_flight)
     n_frames = max(n_frames, in_flight + 2)
@@ -180,6 +218,7 @@ def simulate_stream(
     out_bytes = written(crossing, len(parts))
     cost = [
         partition_cost(problem, pt.unit, pt.nodes, in_bytes[i], out_bytes[i])
+        * scale.get(pt.unit, 1.0)
         for i, pt in enumerate(parts)
     ]
     lane_of = lanes_of(problem, [pt.unit for pt in parts])
@@ -299,10 +338,11 @@ def tune_in_flight(
     *,
     max_latency_us: float | None = None,
     up_to: int = MAX_IN_FLIGHT,
+    beside: float = 0.0,
 ) -> StreamTiming | None:
     """The stream of ``partitions`` with the fewest frames in flight that comes within 1 % of
     the shortest period any number up to ``up_to`` gives, among those whose p99 latency is
-    within ``max_latency_us`` (None when none is)."""
+    within ``max_latency_us`` (None when none is); ``beside``: as for :func:`simulate_stream`."""
     runs = []
     lanes = len(set(lanes_of(problem, [p.unit for p in partitions]).values()))
     load = max(stream_loads(problem, partitions).values(), default=0.0)
@@ -312,7 +352,7 @@ def tune_in_flight(
     frame = single + 2 * handoff_us(problem)
     need = math.ceil(frame / load) + lanes if load > 0 else 2
     for k in range(1, max(2, min(up_to, need)) + 1):
-        run = simulate_stream(problem, partitions, in_flight=k)
+        run = simulate_stream(problem, partitions, in_flight=k, beside=beside)
         if max_latency_us is None or run.latency_us(99) <= max_latency_us * (1 + 1e-9):
             runs.append(run)
             if run.period_us <= run.load_bound_us * (1 + 1e-9):

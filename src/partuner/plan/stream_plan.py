@@ -228,14 +228,30 @@ def stream_plan_of(
     max_latency_us: float | None = None,
 ) -> StreamPlan | None:
     """``plan`` (and its ``copies``) as a stream, frames in flight tuned; None when no
-    number of frames in flight keeps the p99 latency within ``max_latency_us``."""
-    timings = []
-    for rename in [{}, *copies]:
-        parts = [Partition(p.name, rename.get(p.unit, p.unit), p.nodes) for p in plan.partitions]
-        t = tune_in_flight(problem, parts, max_latency_us=max_latency_us)
-        if t is None:
+    number of frames in flight keeps the p99 latency within ``max_latency_us``. Copies run
+    side by side: where units slow each other (``problem.corun``), each copy is tuned again
+    with the others' busiest share beside it."""
+    renames = [{}, *copies]
+    parts = [
+        [Partition(p.name, r.get(p.unit, p.unit), p.nodes) for p in plan.partitions]
+        for r in renames
+    ]
+    timings = [tune_in_flight(problem, ps, max_latency_us=max_latency_us) for ps in parts]
+    if any(t is None for t in timings):
+        return None
+    if copies and problem.corun:
+        busy = [max(t.utilisation().values(), default=0.0) for t in timings]
+        timings = [
+            tune_in_flight(
+                problem,
+                ps,
+                max_latency_us=max_latency_us,
+                beside=max(b for j, b in enumerate(busy) if j != i),
+            )
+            for i, ps in enumerate(parts)
+        ]
+        if any(t is None for t in timings):
             return None
-        timings.append(t)
     return StreamPlan(name, plan, tuple(timings), tuple(dict(c) for c in copies))
 
 

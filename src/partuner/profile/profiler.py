@@ -37,11 +37,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from partuner.errors import ProfileError, UnitUnavailableError
+from partuner.errors import ProfileError
 from partuner.export.cut import cut_nodes
 from partuner.graph import ModelGraph
+from partuner.profile.active import drop_idle_units, resolve_units
 from partuner.profile.arguments import check_arguments
 from partuner.profile.context import fit_chain_costs, measure_chains, measure_wake
+from partuner.profile.corun import corun_participants, measure_corun
 from partuner.profile.fleet import add_transport, fleet_links, profile_on_nodes, transport_costs
 from partuner.profile.groups import (
     candidate_groups,
@@ -112,6 +114,9 @@ class UnitProfile:
     plan_extra_us: float = 0.0
     #: the weight of the per-byte costs (in the two rates) fitted on those pieces
     plan_io_scale: float = 1.0
+    #: its work's time while units of other lanes work too, over alone (profile/corun.py;
+    #: None: not measured, as for a modeled, remote or Ray unit, or a unit working alone)
+    corun: float | None = None
 
     @property
     def additivity_error(self) -> float | None:
@@ -221,51 +226,6 @@ def _label(sig: str) -> str:
     return head
 
 
-def _resolve_units(
-    units: UnitSet, remote: Mapping[str, str], skip_unavailable: bool
-) -> tuple[dict[str, Unit], dict[str, str]]:
-    active: dict[str, Unit] = {}
-    skipped: dict[str, str] = {}
-    for name in remote:
-        units[name]  # noqa: B018 - names the known units if unknown
-    for name, unit in units.units.items():
-        ok, why = (True, "") if name in remote else unit.availability()
-        if ok:
-            active[name] = unit
-        elif skip_unavailable:
-            skipped[name] = why
-            log.warning("skipping unit %s: %s", name, why)
-        else:
-            raise UnitUnavailableError(
-                f"unit {name!r} is not available here: {why}; remove it from the units file "
-                "or pass --skip-unavailable"
-            )
-    if not active:
-        raise UnitUnavailableError("no unit of the units file is available here")
-    return active, skipped
-
-
-def _drop_idle_units(graph: ModelGraph, active: dict[str, Unit], skipped: dict[str, str]) -> None:
-    """Leave out (with a warning, into ``skipped``) the units that can run no node of ``graph``:
-    the plan is made without them."""
-    nodes = graph.compute_nodes
-    for name, unit in list(active.items()):
-        if any(unit.supports(n, graph) for n in nodes):
-            continue
-        ops = ", ".join(sorted(unit.ops)) if unit.ops is not None else "every op"
-        have = ", ".join(sorted({n.op_type for n in nodes}))
-        why = f"it can run none of the model's {len(nodes)} nodes (its ops: {ops}; "
-        why += f"the model has {have})"
-        log.warning("unit %s: %s; planning without it", name, why)
-        skipped[name] = why
-        del active[name]
-    if not active:
-        raise UnitUnavailableError(
-            "no unit of the units file can run any node of this model; add the model's op "
-            "types to a unit's 'ops' list, or give a unit no 'ops' list (it then runs every op)"
-        )
-
-
 def profile_model(
     graph: ModelGraph,
     units: UnitSet,
@@ -280,6 +240,7 @@ def profile_model(
     remote: Mapping[str, str] | None = None,
     link_sizes: Sequence[int] = LINK_SIZES,
     layers: bool = True,
+    corun: bool = False,
 ) -> Profile:
     """Measure (or look up) every compute node of ``graph`` on every unit of ``units``.
 
@@ -300,6 +261,8 @@ def profile_model(
     link_sizes : tensor sizes (bytes) the links are measured at.
     layers : take node costs from the backend's own per-layer profile of the whole model where
         it has one (``calibrate`` must be on); otherwise from the isolated times.
+    corun : also measure how much the units slow each other when all work at once
+        (``profile/corun.py``; what streams need, a few seconds; reused from the store).
 
     Raises
     ------
@@ -312,9 +275,9 @@ def profile_model(
     for u in units:  # Ray units' actors start at once (a worker process each)
         if isinstance(u, RayUnit) and u.name not in remote:
             u.start()
-    active, skipped = _resolve_units(units, remote, skip_unavailable)
+    active, skipped = resolve_units(units, remote, skip_unavailable)
     nodes = graph.compute_nodes
-    _drop_idle_units(graph, active, skipped)
+    drop_idle_units(graph, active, skipped)
     fleet = {n: u for n, u in active.items() if isinstance(u, RayUnit) and n not in remote}
     timed_there = 0  # rows Ray nodes timed now (then read back from the store)
     if fleet and store is None:  # the nodes' rows need a store: one in memory
@@ -545,6 +508,14 @@ def profile_model(
         units, list(active), fps, local_names, call, store, sizes=link_sizes, budget_s=budget_s
     )
     tick("links")
+    here = {n: u for n, u in active.items() if n in local_names and not u.modeled}
+    here = {n: u for n, u in here.items() if not isinstance(u, RayUnit)}
+    if corun and len(here) > 1:
+        cores = {n: frozenset(f"core{c}" for c in u.cores or ()) for n, u in here.items()}
+        cores = {n: c or frozenset({f"unit:{n}"}) for n, c in cores.items()}
+        pick = {n: here[n] for n in corun_participants(here, cores)}
+        for name, factor in measure_corun(graph, pick, fps, store, digest, budget_s).items():
+            uprof[name].corun = factor
     return Profile(
         model=graph.source,
         costs=costs,

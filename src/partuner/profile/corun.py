@@ -1,0 +1,216 @@
+"""Units slowing each other down: what a unit's work takes more while units of other lanes work.
+
+Units on separate cores of one chip share its last-level cache and memory bandwidth (on a
+virtual machine, whatever else the host shares between virtual cores). A latency plan mostly
+keeps one unit working at a time, so timing each unit alone predicts it well; a stream keeps
+every unit busy at once, and each unit's partitions then take longer than they were timed to
+(on the stand-in CPU + NPU pair, throughput plans measured 4-16 % below their prediction with
+both units busy, streams on one unit 1-3 %: ``benchmarks/stream_bench.py``).
+
+:func:`measure_corun` measures it per unit, on the model being profiled: each unit that works
+here, beside the others (one per lane: units whose declared cores overlap never run at once),
+runs its *workload* (the whole model where it runs every node, else its largest region of
+nodes it runs) in a loop, alone and while every other one runs its own in its own thread,
+alternately, :data:`ROUNDS` short rounds of each. A unit's *co-run factor* is its mean run
+time together over its mean alone, at least 1. Means, not medians: on this project's VMs two
+busy virtual cores mostly cost each other 0-5 %, with bursts where both run 1.5-1.9x slower
+(the host's other work), and a stream's frames per second is its total time; many short
+rounds, alternating, spread the bursts over both sides (squeezenet on the stand-in: 1.07-1.09
+on three repeats, googlenet 1.01-1.08). The planner scales a unit's partitions in a stream by
+it, in proportion to the time the other lanes are busy (``plan/stream.py``).
+
+Each factor is stored under its unit's fingerprint as ``__corun__#DIGEST#WITH#OWN`` (``WITH``:
+a digest of every participant's fingerprint and op list; ``OWN``: of the unit's own, and which
+of the participants equal to it it is): ``median_us`` is the mean run time
+together (µs; the percentiles are of those runs), ``detail`` JSON with ``alone_us`` (the mean
+alone). A failed run stores a
+``failed`` row (timed again next time) and leaves the factors at 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import statistics
+import threading
+import time
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from partuner.export.cut import cut_nodes
+from partuner.graph import ModelGraph
+from partuner.profile.measure import failure, random_feeds
+from partuner.profile.regions import supported_regions
+from partuner.profile.store import OK, Measurement, ProfileStore
+from partuner.units import Runner, Unit
+
+__all__ = ["CORUN_SIG", "ROUNDS", "corun_participants", "measure_corun"]
+
+log = logging.getLogger(__name__)
+
+CORUN_SIG = "__corun__"
+#: rounds of (each alone, all together)
+ROUNDS = 12
+#: runs of a workload a loop makes at least
+MIN_RUNS = 5
+
+
+def corun_participants(units: Mapping[str, Unit], cores: Mapping[str, frozenset[str]]) -> list[str]:
+    """The units measured together: in ``units``' order, each whose hardware (``cores``: unit
+    -> resources it occupies) overlaps none taken before it."""
+    taken: list[str] = []
+    for name in units:
+        if all(not (cores[name] & cores[t]) for t in taken):
+            taken.append(name)
+    return taken
+
+
+def measure_corun(
+    graph: ModelGraph,
+    units: Mapping[str, Unit],
+    fingerprints: Mapping[str, str],
+    store: ProfileStore | None,
+    digest: str,
+    budget_s: float,
+) -> dict[str, float]:
+    """Each unit's co-run factor (module docstring); ``units`` are the participants (at least
+    two, each working here). Factors stored for this model and these participants are reused."""
+    names = list(units)
+    if len(names) < 2:
+        return {}
+    role = {n: f"{fingerprints[n]}|{sorted(units[n].ops or ())}" for n in names}
+    every = hashlib.sha256(json.dumps(sorted(role.values())).encode()).hexdigest()[:16]
+    key: dict[str, str] = {}
+    for n in names:  # a unit's own part: its op list, and which of its equals it is
+        own = hashlib.sha256(role[n].encode()).hexdigest()[:8]
+        twin = sum(role[m] == role[n] for m in key)
+        key[n] = f"{CORUN_SIG}#{digest}#{every}#{own}.{twin}"
+    rows = {n: store.get(fingerprints[n], key[n]) if store is not None else None for n in names}
+    if not all(r is not None and r.status == OK for r in rows.values()):
+        rows = _measure(graph, units, budget_s)
+        if store is not None:
+            for n, m in rows.items():
+                store.put(fingerprints[n], key[n], m, description=str(units[n].describe()))
+    out: dict[str, float] = {}
+    for n, m in rows.items():
+        out[n] = _factor(m) if m is not None else 1.0
+        if m is not None and m.status != OK:
+            log.warning(
+                "unit %s: timing it beside the other units failed (%s); its partitions are "
+                "planned as if the others never slowed it, and the next profiling run times "
+                "it again",
+                n,
+                m.detail,
+            )
+    return out
+
+
+def _factor(m: Measurement) -> float:
+    """A stored row's factor: together / alone, at least 1 (1 for a failed or odd row)."""
+    if m.status != OK:
+        return 1.0
+    try:
+        alone = float(json.loads(m.detail)["alone_us"])
+    except (ValueError, KeyError, TypeError):
+        return 1.0
+    if not (alone > 0 and math.isfinite(alone) and math.isfinite(m.median_us)):
+        return 1.0
+    return max(1.0, m.median_us / alone)
+
+
+def _workload(graph: ModelGraph, unit: Unit) -> tuple[object, dict[str, np.ndarray]]:
+    """The model (or its largest region ``unit`` runs) and random inputs for it."""
+    runs = {n.name for n in graph.compute_nodes if unit.supports(n, graph)}
+    if len(runs) == len(graph.compute_nodes):
+        return graph.model, random_feeds(graph, list(graph.inputs))
+    region = max(supported_regions(graph, runs), key=len)
+    model, ins, _ = cut_nodes(graph, "corun", list(region))
+    return model, random_feeds(graph, ins)
+
+
+def _measure(
+    graph: ModelGraph, units: Mapping[str, Unit], budget_s: float
+) -> dict[str, Measurement]:
+    runners: dict[str, Runner] = {}
+    try:
+        feeds = {}
+        for n, u in units.items():
+            model, feeds[n] = _workload(graph, u)
+            runners[n] = u.prepare(model)
+        return _time_together(runners, feeds, budget_s)
+    except Exception as exc:  # a failed row for each (timed again next run), not a crash
+        return dict.fromkeys(units, failure(exc))
+    finally:
+        for r in runners.values():
+            r.close()
+
+
+def _loop(runner: Runner, feeds: Mapping[str, np.ndarray], seconds: float) -> list[float]:
+    """Run times (µs) of ``runner`` called back to back for ``seconds`` (at least MIN_RUNS)."""
+    times: list[float] = []
+    end = time.perf_counter() + seconds
+    while len(times) < MIN_RUNS or time.perf_counter() < end:
+        t0 = time.perf_counter()
+        runner.run(feeds)
+        times.append((time.perf_counter() - t0) * 1e6)
+    return times
+
+
+def _time_together(
+    runners: Mapping[str, Runner], feeds: Mapping[str, Mapping[str, np.ndarray]], budget_s: float
+) -> dict[str, Measurement]:
+    names = list(runners)
+    once = {}
+    for n in names:  # warm-up, and how long one run takes
+        runners[n].run(feeds[n])
+        once[n] = statistics.median(_loop(runners[n], feeds[n], 0.0)[:3])
+    seconds = max(budget_s / 2, MIN_RUNS * max(once.values()) / 1e6)
+    alone: dict[str, list[float]] = {n: [] for n in names}
+    together: dict[str, list[float]] = {n: [] for n in names}
+    for _ in range(ROUNDS):
+        for n in names:
+            alone[n] += _loop(runners[n], feeds[n], seconds)
+        got = _run_together(runners, feeds, seconds)
+        for n in names:
+            together[n] += got[n]
+    out = {}
+    for n in names:
+        a, t = statistics.fmean(alone[n]), statistics.fmean(together[n])
+        out[n] = Measurement(
+            median_us=t,
+            p10_us=float(np.percentile(together[n], 10)),
+            p90_us=float(np.percentile(together[n], 90)),
+            count=len(together[n]),
+            detail=json.dumps({"alone_us": a, "with": sorted(set(names) - {n})}),
+        )
+    return out
+
+
+def _run_together(
+    runners: Mapping[str, Runner], feeds: Mapping[str, Mapping[str, np.ndarray]], seconds: float
+) -> dict[str, list[float]]:
+    """Every runner in its own thread, started at once, each looping for ``seconds``."""
+    names: Sequence[str] = list(runners)
+    start = threading.Barrier(len(names))
+    got: dict[str, list[float]] = {}
+    errors: list[BaseException] = []
+
+    def work(n: str) -> None:
+        try:
+            start.wait()
+            got[n] = _loop(runners[n], feeds[n], seconds)
+        except BaseException as exc:  # re-raised in the caller's thread
+            errors.append(exc)
+            start.abort()
+
+    threads = [threading.Thread(target=work, args=(n,), daemon=True) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return got

@@ -1,0 +1,154 @@
+"""Units slowing each other down: the co-run factor, measured and stored (profile/corun.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+import pytest
+
+from partuner.graph import load_model, zoo
+from partuner.pipeline import build_problem
+from partuner.profile import ProfileStore, profile_model
+from partuner.profile.corun import CORUN_SIG, corun_participants, measure_corun
+from partuner.profile.signature import model_digest
+from partuner.profile.store import FAILED, OK
+from partuner.units import OnnxruntimeUnit, register_backend, units_from_mapping
+
+_LOCK = threading.Lock()
+_ACTIVE = [0]
+_PREPARED = [0]
+
+
+@register_backend("test-corun-contended")
+class ContendedUnit(OnnxruntimeUnit):
+    """onnxruntime whose runs take 2 ms more while another such run is under way (two units
+    sharing one memory bus, exaggerated)."""
+
+    def prepare(self, model):
+        runner = super().prepare(model)
+        run = runner.run
+
+        def contended(feeds):
+            with _LOCK:
+                _ACTIVE[0] += 1
+            try:
+                time.sleep(0.002)
+                with _LOCK:
+                    others = _ACTIVE[0] > 1
+                if others:
+                    time.sleep(0.002)
+                return run(feeds)
+            finally:
+                with _LOCK:
+                    _ACTIVE[0] -= 1
+
+        runner.run = contended
+        return runner
+
+
+@register_backend("test-corun-broken")
+class BrokenUnit(OnnxruntimeUnit):
+    """onnxruntime whose runs fail (a device that went away after compiling)."""
+
+    def prepare(self, model):
+        _PREPARED[0] += 1
+        runner = super().prepare(model)
+
+        def broken(feeds):
+            raise RuntimeError("device lost")
+
+        runner.run = broken
+        return runner
+
+
+@pytest.fixture(scope="module")
+def squeeze():
+    return load_model(zoo.build("squeezenet", image_size=32))
+
+
+def _units(**specs):
+    return units_from_mapping({"units": specs})
+
+
+def _measure(graph, units, store=None):
+    pick = dict(units.units.items())
+    fps = {n: u.fingerprint() for n, u in pick.items()}
+    return measure_corun(graph, pick, fps, store, model_digest(graph), 0.05)
+
+
+def test_units_that_slow_each_other_measure_it(squeeze) -> None:
+    spec = {"backend": "test-corun-contended", "threads": 1}
+    got = _measure(squeeze, _units(a=spec, b={**spec, "cores": [1]}))
+    assert set(got) == {"a", "b"}
+    # alone ~2 ms a run, together ~4 ms: a factor near 2 each
+    assert all(1.4 < f < 2.6 for f in got.values()), got
+
+
+def test_factors_are_stored_and_reused(squeeze, tmp_path) -> None:
+    units = _units(
+        a={"backend": "onnxruntime", "threads": 1, "cores": [0]},
+        b={"backend": "onnxruntime", "threads": 1, "cores": [1], "ops": ["Conv", "Relu"]},
+    )
+    with ProfileStore(tmp_path / "p.db") as store:
+        first = _measure(squeeze, units, store)
+        assert all(f >= 1.0 for f in first.values())
+        key = f"{CORUN_SIG}#{model_digest(squeeze)}#"
+        fps = {u.fingerprint() for u in units}
+        rows = [(fp, sig, m) for fp in fps for sig, m in store.rows(fp) if sig.startswith(key)]
+        assert {fp for fp, _, _ in rows} == fps
+        assert all(m.status == OK and "alone_us" in json.loads(m.detail) for _, _, m in rows)
+        # timed once: the same factors from the store (a second timing would differ)
+        assert _measure(squeeze, units, store) == first
+
+
+def test_a_failed_timing_leaves_factor_one_and_is_timed_again(squeeze, tmp_path, caplog) -> None:
+    units = _units(
+        a={"backend": "onnxruntime", "threads": 1},
+        b={"backend": "test-corun-broken", "threads": 1},
+    )
+    with ProfileStore(tmp_path / "p.db") as store, caplog.at_level(logging.WARNING):
+        assert _measure(squeeze, units, store) == {"a": 1.0, "b": 1.0}
+        assert "timing it beside the other units failed (" in caplog.text
+        assert "device lost" in caplog.text
+        fps = {u.fingerprint() for u in units}
+        rows = [m for fp in fps for sig, m in store.rows(fp) if sig.startswith(CORUN_SIG)]
+        statuses = {m.status for m in rows}
+        assert statuses == {FAILED}
+        before = _PREPARED[0]
+        _measure(squeeze, units, store)
+        assert _PREPARED[0] == before + 1  # not taken from the failed row
+
+
+def test_one_unit_per_lane_takes_part() -> None:
+    units = _units(
+        a={"backend": "onnxruntime", "cores": [0]},
+        both={"backend": "onnxruntime", "cores": [0, 1]},
+        b={"backend": "onnxruntime", "cores": [1]},
+        free={"backend": "onnxruntime"},
+    )
+    cores = {n: frozenset(f"core{c}" for c in u.cores or ()) for n, u in units.units.items()}
+    cores = {n: c or frozenset({f"unit:{n}"}) for n, c in cores.items()}
+    assert corun_participants(units.units, cores) == ["a", "b", "free"]
+
+
+def test_profile_measures_units_side_by_side_and_the_problem_carries_it(squeeze) -> None:
+    two = _units(
+        cpu={"backend": "onnxruntime", "threads": 1, "cores": [0]},
+        npu={"backend": "onnxruntime", "threads": 1, "cores": [1], "ops": ["Conv", "Relu"]},
+    )
+    prof = profile_model(squeeze, two, budget_s=0.02, corun=True)
+    factors = {n: up.corun for n, up in prof.units.items()}
+    assert all(f is not None and f >= 1.0 for f in factors.values()), factors
+    problem = build_problem(squeeze, two, prof)
+    assert problem.corun == {n: f for n, f in factors.items() if f > 1.0}
+    # units on one core never run at once: nothing measured
+    one_core = _units(
+        cpu={"backend": "onnxruntime", "threads": 1, "cores": [0]},
+        npu={"backend": "onnxruntime", "threads": 1, "cores": [0], "ops": ["Conv", "Relu"]},
+    )
+    prof = profile_model(squeeze, one_core, budget_s=0.02, corun=True)
+    assert {up.corun for up in prof.units.values()} == {None}
+    assert build_problem(squeeze, one_core, prof).corun == {}
