@@ -159,9 +159,10 @@ SUITE = [
         "- min) / median): the throughput plan, the latency plan run as a stream with the frames "
         "in flight the planner predicted for it, the best single unit (likewise), "
         "data-parallel copies where units each run the whole model, and a throughput plan "
-        "under a p99 bound of 1.5x the latency plan's predicted single-frame latency. Rows on "
-        "modeled units are predictions, never measured. The goal lines under the table are "
-        "issue 18's.",
+        "under a p99 bound of 1.5x the latency plan's predicted single-frame latency. The "
+        "stand-in's predictions charge how much its two units slow each other when both work "
+        "(measured while planning; the factors are under the table). Rows on modeled units are "
+        "predictions, never measured. The goal lines under the table are issue 18's.",
     ),
     (
         "noise",

@@ -104,7 +104,7 @@ def modeled_units(n: int, work: Path) -> Path:
 def trim(plan: dict[str, Any]) -> dict[str, Any]:
     """What the table needs of ``plan --json``."""
     keys = ("scheduler", "status", "predicted_fps", "fps_bound", "in_flight", "copies")
-    keys += ("latency_ms", "max_latency_ms", "utilisation", "modeled", "predicted_ms")
+    keys += ("latency_ms", "max_latency_ms", "utilisation", "modeled", "predicted_ms", "corun")
     out = {k: plan[k] for k in keys if k in plan}
     out["partitions"] = [[p["unit"], p["nodes"]] for p in plan.get("partitions", [])]
     fields = ("name", "predicted_fps", "partitions", "units", "copies", "in_flight")
@@ -398,6 +398,12 @@ def goal_lines(results: list[dict[str, Any]], g: dict[str, Any]) -> list[str]:
         else "n/a (no data-parallel split applies on the stand-in)"
     )
     bad = g["checks_failed"]
+    slow = "; ".join(
+        f"{res['model']} "
+        + (", ".join(f"{u} x{f:.3f}" for u, f in co.items()) if co else "none measured")
+        for res in results
+        if (co := (res["plans"].get("stand-in") or {}).get("corun")) is not None
+    )
     other = "; ".join(f"{res['model']} {_pct(res['other_cpu_share'], False)}" for res in results)
     return [
         f"Goal, the throughput plan's measured frames/s within 10 % of predicted (stand-in): "
@@ -419,6 +425,9 @@ def goal_lines(results: list[dict[str, Any]], g: dict[str, Any]) -> list[str]:
         f"{g['bounded_models']} ({bd}).",
         "Every frame's outputs checked against the whole model: "
         + (f"FAILED on {', '.join(bad)}." if bad else "passed on every measured row."),
+        "Units slowing each other when both work (each unit's mean run time beside the other "
+        "over alone, measured while planning; the stand-in's predictions charge it): "
+        f"{slow or 'not recorded'}.",
         f"Other work on the machine while streams ran (share of all cores' time, from "
         f"/proc/stat): {other}.",
     ]

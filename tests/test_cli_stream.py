@@ -25,7 +25,12 @@ def _fails_cleanly(result, *needles: str) -> None:
         assert n in lines[0], lines[0]
 
 
-def test_plan_and_run_a_stream_on_two_cpus(tmp_path, branchy_file, units_file, db):
+def test_plan_and_run_a_stream_on_two_cpus(tmp_path, branchy_file, units_file, db, monkeypatch):
+    # the two cpus timed side by side (tests/test_corun.py times them for real): fixed here, so
+    # that the plan below does not hang on how loaded the machine is
+    from partuner.profile import profiler
+
+    monkeypatch.setattr(profiler, "measure_corun", lambda g, units, *a: dict.fromkeys(units, 1.2))
     plan = tmp_path / "stream.yaml"
     r = _invoke(
         "plan", branchy_file, "--units", units_file, "--db", db, "--objective", "throughput",
@@ -34,8 +39,7 @@ def test_plan_and_run_a_stream_on_two_cpus(tmp_path, branchy_file, units_file, d
     assert r.exit_code == 0, r.output
     res = json.loads(r.output)
     assert res["objective"] == "throughput"
-    # the two units timed side by side: what each takes more while the other works
-    assert set(res["corun"]) <= {"cpu0", "cpu1"} and all(f > 1 for f in res["corun"].values())
+    assert res["corun"] == {"cpu0": 1.2, "cpu1": 1.2}
     assert res["predicted_fps"] > 0 and res["fps_bound"] >= res["predicted_fps"] * (1 - 1e-9)
     base = res["baselines"]
     assert {"latency plan", "best single unit", "data-parallel"} <= set(base)

@@ -114,6 +114,11 @@ def test_units_slowing_each_other_stretch_a_pipeline_not_its_bound() -> None:
         resources={"a": {"c0"}, "b": {"c0"}},
     )
     assert simulate_stream(shared, parts, in_flight=2).period_us == pytest.approx(5.0)
+    # beside a unit never timed with it (modeled, remote): nothing to scale by
+    lone = _chain([{"a": 3.0, "b": 50.0}, {"a": 50.0, "b": 2.0}], corun={"a": 1.2})
+    assert simulate_stream(lone, parts, in_flight=2).period_us == pytest.approx(3.0)
+    zero = _chain([{"a": 0.0, "b": 0.0}, {"a": 0.0, "b": 0.0}], corun={"a": 1.5, "b": 1.5})
+    assert simulate_stream(zero, parts, in_flight=2).period_us == 0.0
 
 
 def test_a_unit_with_two_stages_interleaves_frames() -> None:

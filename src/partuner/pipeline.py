@@ -123,7 +123,7 @@ def build_problem(
         memory_bytes={
             u: units[u].memory_mb * 1e6 for u in unit_names if units[u].memory_mb is not None
         },
-        corun={u: f for u in unit_names if (f := profile.units[u].corun or 1.0) > 1.0},
+        corun={u: f for u in unit_names if (f := profile.units[u].corun) is not None},
     )
 
 

@@ -117,8 +117,8 @@ class Problem(MemoryModel):
     weight_bytes: dict[str, int] = field(default_factory=dict)
     memory_bytes: dict[str, float] = field(default_factory=dict)
     boundary_out_us_per_byte: dict[str, float] = field(default_factory=dict)
-    #: unit -> factor (>= 1) on what its partitions take while a unit of another lane works
-    #: too (shared cache and memory bandwidth): streams only (plan/stream.py)
+    #: the units timed side by side (profile/corun.py) -> each one's factor (>= 1) on what its
+    #: partitions take while another of them works too: streams only (plan/stream.py)
     corun: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -389,8 +389,10 @@ class Problem(MemoryModel):
             if u not in units:
                 raise PartunerError(f"resources given for unknown unit {u!r}")
         for u, f in self.corun.items():
-            if u not in units or not (1.0 <= f < math.inf):
-                raise PartunerError(f"corun of unit {u!r} must be a unit's factor >= 1, not {f!r}")
+            if u not in units:
+                raise PartunerError(f"corun given for unknown unit {u!r}")
+            if not (1.0 <= f < math.inf):
+                raise PartunerError(f"corun of unit {u!r} must be a finite factor >= 1, not {f!r}")
         if self.default_unit is not None and self.default_unit not in units:
             raise PartunerError(f"default unit {self.default_unit!r} is not a unit of {self.units}")
         known = set(self.nodes)

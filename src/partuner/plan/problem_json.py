@@ -36,9 +36,9 @@ be infinite; ``"-inf"`` and NaN are never written and are rejected on reading)::
       "weight_bytes": {"conv0": 36864},    # optional, bytes of weights per node (default 0)
       "memory_bytes": {"npu0": 8e6},       # optional, bytes each unit holds for weights and
                                            # activations (default and "inf": unlimited)
-      "corun": {"npu0": 1.08}              # optional, factor >= 1 on what a unit's partitions
-                                           # take while units of other lanes work too (streams;
-                                           # default 1: measured by profile/corun.py)
+      "corun": {"npu0": 1.08, "cpu0": 1.0} # optional: the units timed side by side
+                                           # (profile/corun.py) and each one's factor >= 1 on
+                                           # its partitions while another of them works (streams)
     }
 
 Examples
@@ -96,7 +96,7 @@ def problem_to_dict(self: Problem) -> dict[str, Any]:
         "boundary_out_us_per_byte": dict(self.boundary_out_us_per_byte),
         "weight_bytes": dict(self.weight_bytes),
         "memory_bytes": {u: _num(b) for u, b in self.memory_bytes.items()},
-        "corun": dict(self.corun),
+        "corun": {u: _num(f) for u, f in self.corun.items()},
     }
 
 

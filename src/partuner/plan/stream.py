@@ -56,6 +56,9 @@ class StreamTiming:
     busy_us: dict[str, float]  # per unit: busy time per frame
     in_flight: int
     frames: int
+    #: the busiest resource's work per frame at the costs simulated (above the loads where
+    #: units slow each other): no period of this simulation is shorter
+    floor_us: float = 0.0
 
     @property
     def fps(self) -> float:
@@ -163,11 +166,14 @@ def simulate_stream(
     >>> s.single_us, s.period_us, s.load_bound_us
     (3.0, 3.0, 3.0)
 
-    Units that slow each other down (``problem.corun``, measured by ``profile/corun.py``): a
-    partition takes ``cost * (1 + (factor - 1) * busy)``, ``busy`` the largest share of the
-    period another lane works (from a first simulation at the plain costs), or ``beside`` (the
-    share of time units outside this stream work: other copies of it), whichever is larger;
-    the loads, and so the bound, stay the plain costs.
+    Units that slow each other down (``problem.corun``: the units timed side by side by
+    ``profile/corun.py``, and their factors): a partition of such a unit takes
+    ``cost * (1 + (factor - 1) * busy)``, ``busy`` the largest share of the period a lane of
+    another such unit works (from a first simulation at the plain costs), or ``beside`` (the
+    share of time units outside this stream work: other copies of it), whichever is larger.
+    The factor was measured with every such unit busy, so with three or more lanes it is
+    charged in full where only the busiest other one works. The loads, and so the bounds,
+    stay the plain costs.
 
     >>> slow = Problem(p.nodes, p.units, p.cost, corun={"x": 1.5, "y": 1.5})
     >>> round(simulate_stream(slow, two, in_flight=2).period_us, 3)
@@ -175,18 +181,20 @@ def simulate_stream(
     """
     first = _simulate(problem, list(partitions), in_flight, frames, handoff, {})
     lane_of = lanes_of(problem, [pt.unit for pt in partitions])
-    factor = {u: problem.corun.get(u, 1.0) for u in lane_of}
-    alone = len(set(lane_of.values())) < 2 and beside <= 0.0
-    if alone or max(factor.values(), default=1.0) <= 1.0:
+    factor = {u: problem.corun[u] for u in lane_of if problem.corun.get(u, 1.0) > 1.0}
+    if not factor or first.period_us <= 0:
         return first
-    lane_busy: dict[int, float] = {}
+    share: dict[int, float] = {}  # lanes of units timed side by side: their busy share
     for u, t in first.busy_us.items():
-        lane_busy[lane_of[u]] = lane_busy.get(lane_of[u], 0.0) + t
-    share = {k: min(1.0, t / first.period_us) for k, t in lane_busy.items()}
+        if u in problem.corun:
+            k = lane_of[u]
+            share[k] = min(1.0, share.get(k, 0.0) + t / first.period_us)
     others = {
-        u: max([b for k, b in share.items() if k != lane_of[u]] + [min(1.0, beside)])
+        u: max([b for k, b in share.items() if k != lane_of[u]] + [min(1.0, max(beside, 0.0))])
         for u in factor
     }
+    if max(others.values()) <= 0.0:
+        return first
     scale = {u: 1.0 + (f - 1.0) * others[u] for u, f in factor.items()}
     return _simulate(problem, list(partitions), in_flight, frames, handoff, scale)
 
@@ -316,8 +324,13 @@ def _simulate(
     warm = min(n_frames - 2, max(in_flight, n_frames // 4))
     last = max(warm + 1, n_frames - 1 - max(in_flight, n_frames // 4))
     loads = stream_loads(problem, parts)
+    worked: dict[str, float] = {}  # the loads at the costs simulated
+    for i, r in enumerate(res):
+        for x in r:
+            worked[x] = worked.get(x, 0.0) + cost[i]
+    floor = max([*loads.values(), *worked.values()], default=0.0)
     # a finite window may catch a resource working ahead; no steady state beats its load
-    period = max((leave[last] - leave[warm]) / (last - warm), max(loads.values(), default=0.0))
+    period = max((leave[last] - leave[warm]) / (last - warm), floor)
     busy: dict[str, float] = {}
     for i, pt in enumerate(parts):
         busy[pt.unit] = busy.get(pt.unit, 0.0) + cost[i]
@@ -329,6 +342,7 @@ def _simulate(
         busy_us=busy,
         in_flight=in_flight,
         frames=n_frames,
+        floor_us=floor,
     )
 
 
@@ -355,7 +369,7 @@ def tune_in_flight(
         run = simulate_stream(problem, partitions, in_flight=k, beside=beside)
         if max_latency_us is None or run.latency_us(99) <= max_latency_us * (1 + 1e-9):
             runs.append(run)
-            if run.period_us <= run.load_bound_us * (1 + 1e-9):
+            if run.period_us <= max(run.load_bound_us, run.floor_us) * (1 + 1e-9):
                 break  # no more frames in flight can do better
     if not runs:
         return None

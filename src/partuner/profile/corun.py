@@ -20,11 +20,12 @@ on three repeats, googlenet 1.01-1.08). The planner scales a unit's partitions i
 it, in proportion to the time the other lanes are busy (``plan/stream.py``).
 
 Each factor is stored under its unit's fingerprint as ``__corun__#DIGEST#WITH#OWN`` (``WITH``:
-a digest of every participant's fingerprint and op list; ``OWN``: of the unit's own, and which
-of the participants equal to it it is): ``median_us`` is the mean run time
+a digest of every participant's fingerprint, op list and cores; ``OWN``: of the unit's own, and
+which of the participants equal to it it is): ``median_us`` is the mean run time
 together (µs; the percentiles are of those runs), ``detail`` JSON with ``alone_us`` (the mean
 alone). A failed run stores a
-``failed`` row (timed again next time) and leaves the factors at 1.
+``failed`` row (timed again next time) and leaves those units without a factor (planned as if
+nothing slowed them).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from partuner.profile.regions import supported_regions
 from partuner.profile.store import OK, Measurement, ProfileStore
 from partuner.units import Runner, Unit
 
-__all__ = ["CORUN_SIG", "ROUNDS", "corun_participants", "measure_corun"]
+__all__ = ["CORUN_SIG", "ROUNDS", "corun_participants", "measure_corun", "unit_cores"]
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +57,25 @@ CORUN_SIG = "__corun__"
 ROUNDS = 12
 #: runs of a workload a loop makes at least
 MIN_RUNS = 5
+#: seconds a unit may take to start its runs beside the others, or past its loop to end them
+STALL_S = 60.0
 
 
-def corun_participants(units: Mapping[str, Unit], cores: Mapping[str, frozenset[str]]) -> list[str]:
-    """The units measured together: in ``units``' order, each whose hardware (``cores``: unit
-    -> resources it occupies) overlaps none taken before it."""
+def unit_cores(units: Mapping[str, Unit]) -> dict[str, frozenset[str]]:
+    """The hardware each unit occupies, as the planner sees it: its declared cores, else a
+    resource of its own."""
+    out = {}
+    for name, unit in units.items():
+        cores = frozenset(f"core{c}" for c in unit.cores or ())
+        out[name] = cores or frozenset({f"unit:{name}"})
+    return out
+
+
+def corun_participants(units: Mapping[str, Unit]) -> list[str]:
+    """The units measured together: in ``units``' order, each whose hardware
+    (:func:`unit_cores`) overlaps none taken before it (units of one lane never run at once;
+    the later ones are not measured)."""
+    cores = unit_cores(units)
     taken: list[str] = []
     for name in units:
         if all(not (cores[name] & cores[t]) for t in taken):
@@ -77,14 +92,16 @@ def measure_corun(
     budget_s: float,
 ) -> dict[str, float]:
     """Each unit's co-run factor (module docstring); ``units`` are the participants (at least
-    two, each working here). Factors stored for this model and these participants are reused."""
+    two, each working here). Factors stored for this model and these participants are reused.
+    A unit whose timing failed has none (a warning says so; the next run times it again)."""
     names = list(units)
     if len(names) < 2:
         return {}
-    role = {n: f"{fingerprints[n]}|{sorted(units[n].ops or ())}" for n in names}
+    cores = unit_cores(units)
+    role = {n: f"{fingerprints[n]}|{sorted(units[n].ops or ())}|{sorted(cores[n])}" for n in names}
     every = hashlib.sha256(json.dumps(sorted(role.values())).encode()).hexdigest()[:16]
     key: dict[str, str] = {}
-    for n in names:  # a unit's own part: its op list, and which of its equals it is
+    for n in names:  # a unit's own part: its role, and which of its equals it is
         own = hashlib.sha256(role[n].encode()).hexdigest()[:8]
         twin = sum(role[m] == role[n] for m in key)
         key[n] = f"{CORUN_SIG}#{digest}#{every}#{own}.{twin}"
@@ -96,8 +113,9 @@ def measure_corun(
                 store.put(fingerprints[n], key[n], m, description=str(units[n].describe()))
     out: dict[str, float] = {}
     for n, m in rows.items():
-        out[n] = _factor(m) if m is not None else 1.0
-        if m is not None and m.status != OK:
+        if m is not None and m.status == OK:
+            out[n] = _factor(m)
+        elif m is not None:
             log.warning(
                 "unit %s: timing it beside the other units failed (%s); its partitions are "
                 "planned as if the others never slowed it, and the next profiling run times "
@@ -109,9 +127,7 @@ def measure_corun(
 
 
 def _factor(m: Measurement) -> float:
-    """A stored row's factor: together / alone, at least 1 (1 for a failed or odd row)."""
-    if m.status != OK:
-        return 1.0
+    """An ``ok`` row's factor: together / alone, at least 1 (1 for a row that says less)."""
     try:
         alone = float(json.loads(m.detail)["alone_us"])
     except (ValueError, KeyError, TypeError):
@@ -200,17 +216,25 @@ def _run_together(
 
     def work(n: str) -> None:
         try:
-            start.wait()
+            start.wait(timeout=STALL_S)
             got[n] = _loop(runners[n], feeds[n], seconds)
         except BaseException as exc:  # re-raised in the caller's thread
             errors.append(exc)
             start.abort()
 
     threads = [threading.Thread(target=work, args=(n,), daemon=True) for n in names]
+    try:
+        for t in threads:
+            t.start()
+    except BaseException:  # one that could not start leaves the others at the barrier
+        start.abort()
+        raise
+    end = time.perf_counter() + seconds + STALL_S
     for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+        t.join(timeout=max(0.0, end - time.perf_counter()))
     if errors:
         raise errors[0]
+    stuck = [n for n, t in zip(names, threads, strict=True) if t.is_alive()]
+    if stuck:
+        raise RuntimeError(f"{stuck[0]} did not finish its runs within {seconds + STALL_S:.0f} s")
     return got

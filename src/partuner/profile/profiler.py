@@ -262,7 +262,9 @@ def profile_model(
     layers : take node costs from the backend's own per-layer profile of the whole model where
         it has one (``calibrate`` must be on); otherwise from the isolated times.
     corun : also measure how much the units slow each other when all work at once
-        (``profile/corun.py``; what streams need, a few seconds; reused from the store).
+        (``profile/corun.py``; what streams need; about 6 x (units + 1) x ``budget_s``
+        seconds, at least 12 x (units + 1) x 5 runs of the slowest workload; reused from the
+        store).
 
     Raises
     ------
@@ -511,9 +513,7 @@ def profile_model(
     here = {n: u for n, u in active.items() if n in local_names and not u.modeled}
     here = {n: u for n, u in here.items() if not isinstance(u, RayUnit)}
     if corun and len(here) > 1:
-        cores = {n: frozenset(f"core{c}" for c in u.cores or ()) for n, u in here.items()}
-        cores = {n: c or frozenset({f"unit:{n}"}) for n, c in cores.items()}
-        pick = {n: here[n] for n in corun_participants(here, cores)}
+        pick = {n: here[n] for n in corun_participants(here)}
         for name, factor in measure_corun(graph, pick, fps, store, digest, budget_s).items():
             uprof[name].corun = factor
     return Profile(
