@@ -402,7 +402,8 @@ def goal_lines(results: list[dict[str, Any]], g: dict[str, Any]) -> list[str]:
         f"{res['model']} "
         + (", ".join(f"{u} x{f:.3f}" for u, f in co.items()) if co else "none measured")
         for res in results
-        if (co := (res["plans"].get("stand-in") or {}).get("corun")) is not None
+        if (co := ((res["plans"].get("stand-in") or {}).get("throughput") or {}).get("corun"))
+        is not None
     )
     other = "; ".join(f"{res['model']} {_pct(res['other_cpu_share'], False)}" for res in results)
     return [
