@@ -63,3 +63,9 @@ def test_under_a_bound_the_fastest_stream_measured_within_it_is_kept() -> None:
     # none within: the lowest measured p99, said so
     kept, _, note = _kept_within(_result(best), rows, 1000.0)
     assert kept is slow and "no stream measured within it" in note
+    # none within, and the planned stream measured the lowest p99: kept, but never silently
+    rows[0] = ("partuner plan", best, _run(1.0, 1.5))
+    kept, run, note = _kept_within(_result(best), rows, 1000.0)
+    assert kept is best and run is rows[0][2]
+    assert note.startswith("no stream measured within the bound 1.000 ms")
+    assert "the planned stream (pipeline), the lowest measured, p99 1.500 ms" in note
