@@ -30,6 +30,12 @@ def branchy():
     return load_model(zoo.build("branchy", image_size=32))
 
 
+@pytest.fixture(scope="module")
+def squeeze():
+    """The zoo's SqueezeNet 1.0 at 32x32 (fire modules: branches side by side)."""
+    return load_model(zoo.build("squeezenet", image_size=32))
+
+
 @pytest.fixture(scope="session")
 def branchy_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("models") / "branchy.onnx"

@@ -7,9 +7,6 @@ import logging
 import threading
 import time
 
-import pytest
-
-from partuner.graph import load_model, zoo
 from partuner.pipeline import build_problem
 from partuner.profile import ProfileStore, profile_model
 from partuner.profile.corun import CORUN_SIG, corun_participants, measure_corun
@@ -80,11 +77,6 @@ class FadingUnit(OnnxruntimeUnit):
 
         runner.run = fading
         return runner
-
-
-@pytest.fixture(scope="module")
-def squeeze():
-    return load_model(zoo.build("squeezenet", image_size=32))
 
 
 def _units(**specs):

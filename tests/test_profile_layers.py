@@ -15,11 +15,6 @@ from partuner.units import OnnxruntimeUnit, load_units
 from partuner.units.onnxruntime_unit import kernel_times
 
 
-@pytest.fixture(scope="module")
-def squeeze():
-    return load_model(zoo.build("squeezenet", image_size=32))
-
-
 def test_kernels_map_by_node_name_value_name_and_fused_neighbours(squeeze):
     kernels = [
         (("features.1_output_nchwc", "features.1_output"), 90.0),  # Conv+Relu, named by value

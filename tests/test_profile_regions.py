@@ -63,11 +63,6 @@ class ColdUnit(OnnxruntimeUnit):
         return runner
 
 
-@pytest.fixture(scope="module")
-def squeeze():
-    return load_model(zoo.build("squeezenet", image_size=32))
-
-
 def _units(npu: dict) -> object:
     return units_from_mapping(
         {"units": {"cpu": {"backend": "onnxruntime", "threads": 1}, "npu": npu}}
