@@ -4,19 +4,22 @@ Units on separate cores of one chip share its last-level cache and memory bandwi
 virtual machine, whatever else the host shares between virtual cores). A latency plan mostly
 keeps one unit working at a time, so timing each unit alone predicts it well; a stream keeps
 every unit busy at once, and each unit's partitions then take longer than they were timed to
-(on the stand-in CPU + NPU pair, throughput plans measured 4-16 % below their prediction with
-both units busy, streams on one unit 1-3 %: ``benchmarks/stream_bench.py``).
+(``benchmarks/stream_bench.py`` on the stand-in CPU + NPU pair, the run of 2026-11-26 04:04,
+before this: throughput plans, both units busy, 1.8-15.9 % below their prediction; the latency
+plans' streams, one unit busy, -6.6 % to +0.9 %).
 
 :func:`measure_corun` measures it per unit, on the model being profiled: each unit that works
 here, beside the others (one per lane: units whose declared cores overlap never run at once),
 runs its *workload* (the whole model where it runs every node, else its largest region of
 nodes it runs) in a loop, alone and while every other one runs its own in its own thread,
 alternately, :data:`ROUNDS` short rounds of each. A unit's *co-run factor* is its mean run
-time together over its mean alone, at least 1. Means, not medians: on this project's VMs two
-busy virtual cores mostly cost each other 0-5 %, with bursts where both run 1.5-1.9x slower
-(the host's other work), and a stream's frames per second is its total time; many short
-rounds, alternating, spread the bursts over both sides (squeezenet on the stand-in: 1.07-1.09
-on three repeats, googlenet 1.01-1.08). The planner scales a unit's partitions in a stream by
+time together over its mean alone, at least 1. Means, not medians: in exploratory runs on
+this project's VMs (not a benchmark), two busy virtual cores mostly cost each other a few per
+cent, with bursts where both run far slower, which came only while both worked; a stream's
+frames per second is its total time, bursts included. Many short rounds, alternating, spread
+the drift over both sides; a burst while a factor is timed still inflates it (the stream
+benchmark of 2026-11-26 12:37: 1.00-1.15 on 11 of 12 models, 1.48 / 1.33 on one timed in a
+burst). The planner scales a unit's partitions in a stream by
 it, in proportion to the time the other lanes are busy (``plan/stream.py``).
 
 Each factor is stored under its unit's fingerprint as ``__corun__#DIGEST#WITH#OWN`` (``WITH``:
