@@ -170,3 +170,49 @@ def test_profile_measures_units_side_by_side_and_the_problem_carries_it(squeeze)
     prof = profile_model(squeeze, one_core, budget_s=0.02, corun=True)
     assert {up.corun for up in prof.units.values()} == {None}
     assert build_problem(squeeze, one_core, prof).corun == {}
+
+
+def test_a_burst_in_one_round_does_not_make_the_factor(monkeypatch) -> None:
+    """Both units run 6x slower during one of the twelve rounds together (a burst of the
+    host's): pooled, that round alone makes the factor ~1.2; the trimmed rounds do not."""
+    from partuner.profile import corun
+
+    phase, burst = [0], [False]
+    real = corun._run_together
+
+    def counted(runners, feeds, seconds):
+        phase[0] += 1
+        burst[0] = phase[0] == 5
+        try:
+            return real(runners, feeds, seconds)
+        finally:
+            burst[0] = False
+
+    monkeypatch.setattr(corun, "_run_together", counted)
+
+    class Sleepy:
+        def run(self, feeds):
+            time.sleep(0.006 if burst[0] else 0.001)
+            return {}
+
+    got = corun._time_together({"a": Sleepy(), "b": Sleepy()}, {"a": {}, "b": {}}, 0.02)
+    assert phase[0] == corun.ROUNDS
+    for m in got.values():
+        info = json.loads(m.detail)
+        assert len(info["rounds"]) == corun.ROUNDS and max(info["rounds"]) > 3
+        assert m.median_us / info["alone_us"] > 1.15  # what pooling every run says
+        assert corun._factor(m) < 1.08
+
+
+def test_rows_stored_before_the_trimmed_factor_still_read() -> None:
+    from partuner.profile.corun import _factor
+    from partuner.profile.store import Measurement
+
+    old = Measurement(120.0, 100.0, 140.0, 50, detail=json.dumps({"alone_us": 100.0}))
+    assert _factor(old) == 1.2
+    new = Measurement(
+        120.0, 100.0, 140.0, 50, detail=json.dumps({"alone_us": 100.0, "factor": 1.05})
+    )
+    assert _factor(new) == 1.05
+    for bad in ('{"alone_us": 100.0, "factor": "NaN"}', '{"factor": 0.5}', "[1]", "x"):
+        assert _factor(Measurement(120.0, 100.0, 140.0, 50, detail=bad)) == 1.0

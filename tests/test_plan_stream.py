@@ -20,6 +20,7 @@ from partuner.plan.stream_plan import (
     fewer_in_flight,
     merge_for_stream,
     plan_throughput,
+    stream_plan_of,
 )
 from test_plan_cases import PROPERTY, make_problem, problems
 
@@ -264,3 +265,23 @@ def test_a_latency_bound_no_plan_meets_names_the_best_latency() -> None:
         plan_throughput(p, time_limit=1.0, max_latency_us=150.0)
     ok = plan_throughput(p, time_limit=1.0, max_latency_us=201.0)  # what it said is enough
     assert ok.best.latency_us(99) <= 201.0
+
+
+def test_a_small_predicted_gain_from_more_cuts_keeps_the_simpler_stream() -> None:
+    """A two-stage pipeline streams 4 % faster than the whole chain on one unit: on measured
+    units (``simpler_within``, the pipeline's MEASURED_PLAN_MARGIN) the one-partition stream
+    is kept; a pipeline twice as fast is kept whatever the margin."""
+    from partuner.plan.stream_plan import _simplest
+
+    p = _chain([{"u": 100.0, "v": 200.0}, {"u": 4.0, "v": 4.0}])
+    one = stream_plan_of(p, plan_from_assignment(p, {"n0": "u", "n1": "u"}), "one")
+    two = stream_plan_of(p, plan_from_assignment(p, {"n0": "u", "n1": "v"}), "two")
+    assert two.fps / one.fps == pytest.approx(1.04)
+    found = {"one": one, "two": two}
+    assert _simplest(found, 0.0) is two
+    assert _simplest(found, 0.05) is one
+    assert _simplest(found, 0.03) is two
+    q = _chain([{"u": 100.0, "v": 100.0}, {"u": 100.0, "v": 100.0}])
+    one = stream_plan_of(q, plan_from_assignment(q, {"n0": "u", "n1": "u"}), "one")
+    two = stream_plan_of(q, plan_from_assignment(q, {"n0": "u", "n1": "v"}), "two")
+    assert _simplest({"one": one, "two": two}, 0.05) is two

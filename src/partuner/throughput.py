@@ -50,7 +50,7 @@ def make_stream_plan(
     """Plan ``problem`` for throughput: first the latency plans (``make_plan`` with ``auto``,
     :data:`LATENCY_SHARE` of the budget), then :func:`~partuner.plan.stream_plan.
     plan_throughput` from them. Returns the result, the latency plan and every latency plan."""
-    from partuner.pipeline import make_plan
+    from partuner.pipeline import MEASURED_PLAN_MARGIN, make_plan
 
     budget = 10.0 if time_limit is None else max(0.0, time_limit)
     plan, plans = make_plan(problem, "auto", time_limit=budget * LATENCY_SHARE, progress=progress)
@@ -64,6 +64,7 @@ def make_stream_plan(
         max_latency_us=max_latency_us,
         plans=dict(distinct.values()),
         progress=progress,
+        simpler_within=0.0 if problem.modeled else MEASURED_PLAN_MARGIN,
     )
     return result, plan, plans
 

@@ -301,11 +301,17 @@ def plan_throughput(
     plans: Mapping[str, Plan] | None = None,
     clock: WorkClock | None = None,
     progress: Callable[[str, float, float], None] | None = None,
+    simpler_within: float = 0.0,
 ) -> ThroughputResult:
     """The stream plan with the most predicted frames per second (module docstring), each
     frame's p99 latency within ``max_latency_us`` when given; ``plans``: latency plans to
     consider (by name; ``"auto"`` is reported as the latency-plan baseline).
     ``progress(stage, best_period_us, bound_us)`` hears each stage start.
+
+    ``simpler_within``: of the candidates predicted within this fraction of the most frames
+    per second, the simplest is returned (:func:`_simplest`: the fewest partitions, then the
+    fewest frames in flight, then the least p99 latency); 0 returns the fastest. The pipeline
+    passes ``MEASURED_PLAN_MARGIN`` on measured units, as ``auto`` does for latency plans.
 
     Raises
     ------
@@ -422,12 +428,50 @@ def plan_throughput(
             if max_latency_us is not None
             else f"no plan could stream {problem.name!r}"
         )
-    best = max(
+    best = _simplest(found, simpler_within)
+    status = "optimal" if best.period_us <= bound * (1 + 1e-6) + 1e-6 else "feasible"
+    return ThroughputResult(best, found, bound, status, baselines, max_latency_us)
+
+
+def _simplest(found: Mapping[str, StreamPlan], within: float) -> StreamPlan:
+    """The fastest candidate; with ``within`` > 0, the simplest of those predicted within
+    that fraction of its frames per second: the fewest partitions, then the fewest frames in
+    flight, then the least p99 latency. Each cut and each frame in flight is where a stream on
+    real units departs from its prediction (a hand-off, two frames' work interleaved), so a
+    small predicted gain bought with more of them is not one (the stream benchmark of
+    2026-11-26 12:37 on shared:resnet18: a 5-partition pipeline predicted 0.6 % faster than a
+    3-partition plan measured 14.8 % below its prediction, the like 3-partition plan of the
+    zoo's ResNet-18 4.3 %)."""
+    fastest = max(
         found.values(),
         key=lambda s: (round(s.fps, 9), -s.latency_us(99), -len(s.plan.partitions), s.name),
     )
-    status = "optimal" if best.period_us <= bound * (1 + 1e-6) + 1e-6 else "feasible"
-    return ThroughputResult(best, found, bound, status, baselines, max_latency_us)
+    if within <= 0:
+        return fastest
+    near = [s for s in found.values() if s.fps >= fastest.fps * (1 - within) - 1e-9]
+    pick = min(
+        near,
+        key=lambda s: (
+            len(s.plan.partitions),
+            s.in_flight,
+            round(s.latency_us(99), 6),
+            -s.fps,
+            s.name,
+        ),
+    )
+    if pick is not fastest:
+        log.info(
+            "keeping %s (%d partitions, %.1f frames/s predicted): %s (%d partitions, %.1f) is "
+            "not %.0f %% faster, within what the model misses on measured units",
+            pick.name,
+            len(pick.plan.partitions),
+            pick.fps,
+            fastest.name,
+            len(fastest.plan.partitions),
+            fastest.fps,
+            100 * within,
+        )
+    return pick
 
 
 def _best_single_pipeline(found: Mapping[str, StreamPlan]) -> StreamPlan | None:

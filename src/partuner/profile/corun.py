@@ -12,21 +12,24 @@ plans' streams, one unit busy, -6.6 % to +0.9 %).
 here, beside the others (one per lane: units whose declared cores overlap never run at once),
 runs its *workload* (the whole model where it runs every node, else its largest region of
 nodes it runs) in a loop, alone and while every other one runs its own in its own thread,
-alternately, :data:`ROUNDS` short rounds of each. A unit's *co-run factor* is its mean run
-time together over its mean alone, at least 1. Means, not medians: in exploratory runs on
+alternately, :data:`ROUNDS` short rounds of each. A unit's *co-run factor* is the mean over
+the rounds of its mean run time together over its mean alone in that round, without the
+:data:`TRIM` highest and lowest rounds, at least 1. Means, not medians: in exploratory runs on
 this project's VMs (not a benchmark), two busy virtual cores mostly cost each other a few per
 cent, with bursts where both run far slower, which came only while both worked; a stream's
 frames per second is its total time, bursts included. Many short rounds, alternating, spread
-the drift over both sides; a burst while a factor is timed still inflates it (the stream
-benchmark of 2026-11-26 12:37: 1.00-1.15 on 11 of 12 models, 1.48 / 1.33 on one timed in a
-burst). The planner scales a unit's partitions in a stream by
-it, in proportion to the time the other lanes are busy (``plan/stream.py``).
+the drift over both sides; but a burst in a round or two of a few seconds' timing is not what
+a stream of minutes meets (the stream benchmark of 2026-11-26 12:37, pooling every run:
+1.00-1.15 on 11 of 12 models, 1.48 / 1.33 on one timed in a burst, whose plan then streamed
+4.9 % faster than predicted), so the two rounds at either end are left out. The planner
+scales a unit's partitions in a stream by it, in proportion to the time the other lanes are
+busy (``plan/stream.py``).
 
 Each factor is stored under its unit's fingerprint as ``__corun__#DIGEST#WITH#OWN`` (``WITH``:
 a digest of every participant's fingerprint, op list and cores; ``OWN``: of the unit's own, and
 which of the participants equal to it it is): ``median_us`` is the mean run time
 together (µs; the percentiles are of those runs), ``detail`` JSON with ``alone_us`` (the mean
-alone). A failed run stores a
+alone), ``factor`` and ``rounds`` (each round's ratio). A failed run stores a
 ``failed`` row (timed again next time) and leaves those units without a factor (planned as if
 nothing slowed them).
 """
@@ -58,6 +61,8 @@ log = logging.getLogger(__name__)
 CORUN_SIG = "__corun__"
 #: rounds of (each alone, all together)
 ROUNDS = 12
+#: rounds left out of a factor at each end (the fastest and the slowest ratios)
+TRIM = 2
 #: runs of a workload a loop makes at least
 MIN_RUNS = 5
 #: seconds a unit may take to start its runs beside the others, or past its loop to end them
@@ -130,9 +135,15 @@ def measure_corun(
 
 
 def _factor(m: Measurement) -> float:
-    """An ``ok`` row's factor: together / alone, at least 1 (1 for a row that says less)."""
+    """An ``ok`` row's factor, at least 1 (1 for a row that says less): its ``factor``
+    (the rounds' trimmed mean), or, in rows stored before there was one, the mean run time
+    together over the mean alone."""
     try:
-        alone = float(json.loads(m.detail)["alone_us"])
+        info = json.loads(m.detail)
+        if "factor" in info:
+            f = float(info["factor"])
+            return max(1.0, f) if math.isfinite(f) else 1.0
+        alone = float(info["alone_us"])
     except (ValueError, KeyError, TypeError):
         return 1.0
     if not (alone > 0 and math.isfinite(alone) and math.isfinite(m.median_us)):
@@ -189,23 +200,44 @@ def _time_together(
     seconds = max(budget_s / 2, MIN_RUNS * max(once.values()) / 1e6)
     alone: dict[str, list[float]] = {n: [] for n in names}
     together: dict[str, list[float]] = {n: [] for n in names}
+    ratios: dict[str, list[float]] = {n: [] for n in names}  # per round: together / alone
     for _ in range(ROUNDS):
-        for n in names:
-            alone[n] += _loop(runners[n], feeds[n], seconds)
+        mine = {n: _loop(runners[n], feeds[n], seconds) for n in names}
         got = _run_together(runners, feeds, seconds)
         for n in names:
+            alone[n] += mine[n]
             together[n] += got[n]
+            ratios[n].append(statistics.fmean(got[n]) / statistics.fmean(mine[n]))
     out = {}
     for n in names:
         a, t = statistics.fmean(alone[n]), statistics.fmean(together[n])
+        detail = {
+            "alone_us": a,
+            "factor": trimmed_mean(ratios[n], TRIM),
+            "rounds": [round(r, 4) for r in ratios[n]],
+            "with": sorted(set(names) - {n}),
+        }
         out[n] = Measurement(
             median_us=t,
             p10_us=float(np.percentile(together[n], 10)),
             p90_us=float(np.percentile(together[n], 90)),
             count=len(together[n]),
-            detail=json.dumps({"alone_us": a, "with": sorted(set(names) - {n})}),
+            detail=json.dumps(detail),
         )
     return out
+
+
+def trimmed_mean(xs: Sequence[float], trim: int) -> float:
+    """The mean of ``xs`` without its ``trim`` smallest and ``trim`` largest values (all of
+    them when fewer than ``2 * trim + 1``).
+
+    >>> trimmed_mean([1.0, 1.1, 1.05, 3.0, 1.02], 1)
+    1.0566666666666666
+    """
+    ys = sorted(xs)
+    if len(ys) > 2 * trim:
+        ys = ys[trim : len(ys) - trim]
+    return statistics.fmean(ys)
 
 
 def _run_together(
