@@ -426,8 +426,9 @@ def goal_lines(results: list[dict[str, Any]], g: dict[str, Any]) -> list[str]:
         f"{g['bounded_models']} ({bd}).",
         "Every frame's outputs checked against the whole model: "
         + (f"FAILED on {', '.join(bad)}." if bad else "passed on every measured row."),
-        "Units slowing each other when both work (each unit's mean run time beside the other "
-        "over alone, measured while planning; the stand-in's predictions charge it): "
+        "Units slowing each other when both work (each unit's run time beside the other over "
+        "alone, per round of 12, the rounds' mean without the two highest and two lowest; "
+        "measured while planning; the stand-in's predictions charge it): "
         f"{slow or 'not recorded'}.",
         f"Other work on the machine while streams ran (share of all cores' time, from "
         f"/proc/stat): {other}.",
