@@ -129,7 +129,8 @@ class Problem(MemoryModel):
 
     def resources_of(self, unit: str) -> frozenset[str]:
         """The hardware ``unit`` occupies while it runs (default: a resource of its own)."""
-        return self.resources.get(unit) or frozenset({f"unit:{unit}"})
+        got = self._resources_of.get(unit)
+        return got if got is not None else frozenset({f"unit:{unit}"})
 
     def conflicts(self, unit: str) -> frozenset[str]:
         """The units (``unit`` included) that can never run at the same time as ``unit``."""
@@ -223,6 +224,11 @@ class Problem(MemoryModel):
         return [u for u in self.units if math.isfinite(self.cost[n][u])]
 
     # -- caches ----------------------------------------------------------------------------
+
+    @cached_property
+    def _resources_of(self) -> dict[str, frozenset[str]]:
+        # the local searches ask this hundreds of times per plan they judge
+        return {u: self.resources.get(u) or frozenset({f"unit:{u}"}) for u in self.units}
 
     @cached_property
     def _conflicts(self) -> dict[str, frozenset[str]]:
