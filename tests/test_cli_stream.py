@@ -30,7 +30,9 @@ def test_plan_and_run_a_stream_on_two_cpus(tmp_path, branchy_file, units_file, d
     # that the plan below does not hang on how loaded the machine is
     from partuner.profile import profiler
 
-    monkeypatch.setattr(profiler, "measure_corun", lambda g, units, *a: dict.fromkeys(units, 1.2))
+    monkeypatch.setattr(
+        profiler, "measure_corun", lambda g, units, *a, **k: dict.fromkeys(units, 1.2)
+    )
     plan = tmp_path / "stream.yaml"
     r = _invoke(
         "plan", branchy_file, "--units", units_file, "--db", db, "--objective", "throughput",
@@ -128,6 +130,7 @@ def test_stream_bad_inputs_fail_in_one_line(tmp_path, branchy_file, units_file, 
         ({"copies": [{"gpu9": "cpu1"}], "in_flight": [1, 1]}, "renames ['gpu9']"),
         ({"copies": "cpu1"}, "`partuner.stream.copies` must be a list"),
         ({"predicted_fps": "fast"}, "`partuner.stream.predicted_fps` must be a finite"),
+        ({"objective": "thruput"}, "`partuner.stream.objective` must be throughput"),
         ([1, 2], "`partuner.stream` must be a mapping"),
     ]:
         doc["partuner"]["stream"] = stream
@@ -171,3 +174,95 @@ def test_a_time_or_latency_that_is_not_finite_is_refused(tmp_path, branchy_file,
         assert r.exit_code == 2, (cmd, rest, r.output)
         assert "is not a finite number" in r.output, r.output
     assert not out.exists()
+
+
+def test_copies_must_run_their_partitions_on_units_of_their_own(tmp_path, branchy_file, db):
+    """A plan file's copies are checked as its partitions are: each renamed unit must run the
+    nodes it is given, and the plan and its copies share no unit and no declared core."""
+    units = tmp_path / "u.yaml"
+    units.write_text(
+        "units:\n"
+        "  cpu0: {backend: onnxruntime, threads: 1, cores: [0]}\n"
+        "  cpu1: {backend: onnxruntime, threads: 1, cores: [1]}\n"
+        "  also0: {backend: onnxruntime, threads: 1, optimization: basic, cores: [0]}\n"
+        "  also1: {backend: onnxruntime, threads: 1, optimization: basic, cores: [1]}\n"
+        "  convs: {backend: onnxruntime, threads: 1, cores: [2], ops: [Conv]}\n"
+    )
+    plan = tmp_path / "p.yaml"
+    r = _invoke(
+        "plan", branchy_file, "--units", units, "--db", db, "--scheduler", "single", "-o", plan,
+        "-q",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    doc = yaml.safe_load(plan.read_text())
+    (on,) = {p["unit"] for p in doc["partuner"]["partitions"]}
+    other = "cpu1" if on[-1] == "0" else "cpu0"
+    for copies, needle in [
+        ([{on: "convs"}], "copy 1 of its stream runs partition 'p0' on unit 'convs', whose ops"),
+        ([{on: on}], f"the plan and its copy 1 both run on unit {on!r}"),
+        ([{on: other}, {on: other}], f"its copy 1 and its copy 2 both run on unit {other!r}"),
+    ]:
+        doc["partuner"]["stream"] = {"copies": copies, "in_flight": [1] * (1 + len(copies))}
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(yaml.safe_dump(doc))
+        _fails_cleanly(
+            _invoke("run", branchy_file, "--plan", bad, "--units", units, "--stream", 3), needle
+        )
+    twin = {"cpu0": "also0", "also0": "cpu0", "cpu1": "also1", "also1": "cpu1"}[on]
+    doc["partuner"]["stream"] = {"copies": [{on: twin}], "in_flight": [1, 1]}
+    bad.write_text(yaml.safe_dump(doc))
+    _fails_cleanly(
+        _invoke("run", branchy_file, "--plan", bad, "--units", units, "--stream", 3),
+        f"both run on core {on[-1]}",
+    )
+    doc["partuner"]["stream"] = {"copies": [{on: other}], "in_flight": [1, 1]}
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(doc))
+    r = _invoke("run", branchy_file, "--plan", good, "--units", units, "--stream", 4, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["copies"] == 2
+
+
+def test_options_a_stream_does_not_use_are_refused(tmp_path, branchy_file, units_file, db):
+    plan = tmp_path / "p.yaml"
+    r = _invoke("plan", branchy_file, "--units", units_file, "--db", db, "-o", plan, "-q")
+    assert r.exit_code == 0, r.output
+    _fails_cleanly(
+        _invoke("run", branchy_file, "--plan", plan, "--stream", 3, "--repeat", 5),
+        "--repeat times single runs",
+    )
+    _fails_cleanly(
+        _invoke("tune", branchy_file, "--units", units_file, "--frames", 50),
+        "--frames sets a measured stream's length: add --objective throughput",
+    )
+    _fails_cleanly(
+        _invoke(
+            "tune", branchy_file, "--units", units_file, "--objective", "throughput", "--repeat", 5
+        ),
+        "leave out --repeat",
+    )
+
+
+def test_in_flight_other_than_the_plans_is_not_compared_with_its_prediction(
+    tmp_path, branchy_file, units_file, db, monkeypatch
+):
+    from partuner.profile import profiler
+
+    monkeypatch.setattr(
+        profiler, "measure_corun", lambda g, units, *a, **k: dict.fromkeys(units, 1.0)
+    )
+    plan = tmp_path / "s.yaml"
+    r = _invoke(
+        "plan", branchy_file, "--units", units_file, "--db", db, "--objective", "throughput",
+        "--time-limit", "1", "-o", plan, "-q",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    flights = read_plan(plan).stream.in_flight
+    other = 1 if max(flights) > 1 else 3
+    r = _invoke("run", branchy_file, "--plan", plan, "--stream", 6, "--in-flight", other, "--json")
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["predicted_fps"] is None and "--in-flight" in res["note"]
+    r = _invoke("run", branchy_file, "--plan", plan, "--stream", 6, "--json")
+    res = json.loads(r.output)
+    assert res["predicted_fps"] is not None and res["note"] is None

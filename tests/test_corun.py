@@ -216,3 +216,30 @@ def test_rows_stored_before_the_trimmed_factor_still_read() -> None:
     assert _factor(new) == 1.05
     for bad in ('{"alone_us": 100.0, "factor": "NaN"}', '{"factor": 0.5}', "[1]", "x"):
         assert _factor(Measurement(120.0, 100.0, 140.0, 50, detail=bad)) == 1.0
+
+
+def test_again_times_it_anew_and_a_high_factor_is_warned_of(
+    squeeze, tmp_path, caplog, monkeypatch
+) -> None:
+    from partuner.profile import corun
+
+    spec = {"backend": "test-corun-contended", "threads": 1}
+    units = _units(a=spec, b={**spec, "cores": [1]})
+    pick = dict(units.units.items())
+    fps = {n: u.fingerprint() for n, u in pick.items()}
+    timed = [0]
+    real = corun._measure
+
+    def counted(*a, **k):
+        timed[0] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(corun, "_measure", counted)
+    with ProfileStore(tmp_path / "p.db") as store, caplog.at_level(logging.WARNING):
+        first = measure_corun(squeeze, pick, fps, store, model_digest(squeeze), 0.05)
+        assert min(first.values()) >= corun.BUSY_FACTOR  # ~2: 2 ms more beside the other
+        assert "--corun-again" in caplog.text and "slowed each other by" in caplog.text
+        measure_corun(squeeze, pick, fps, store, model_digest(squeeze), 0.05)
+        assert timed[0] == 1  # reused
+        measure_corun(squeeze, pick, fps, store, model_digest(squeeze), 0.05, again=True)
+        assert timed[0] == 2

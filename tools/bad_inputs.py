@@ -93,6 +93,25 @@ def _stream_plan(stream: object) -> Callable[[Path], list[str]]:
     return setup
 
 
+def _stream_plan_units(
+    extra: dict[str, object], stream: object, cores: list[int] | None = None
+) -> Callable[[Path], list[str]]:
+    """``run --stream`` on a plan whose units file adds ``extra`` units and whose
+    ``partuner.stream`` section is ``stream`` (``cores``: cpu0's declared cores)."""
+
+    def setup(d: Path) -> list[str]:
+        _tiny(d)
+        cpu0: dict[str, object] = {"backend": "onnxruntime", "threads": 1}
+        if cores is not None:
+            cpu0["cores"] = cores
+        units = {"cpu0": cpu0, **extra}
+        (d / "units.yaml").write_text(yaml.safe_dump({"units": units}))
+        _plan(d, stream=stream, units=units)
+        return ["run", "m.onnx", "--plan", "plan.yaml", "--units", "units.yaml", "--stream", "5"]
+
+    return setup
+
+
 def _stream_plan_bound(ms: str) -> Callable[[Path], list[str]]:
     """``plan --objective throughput --max-latency-ms MS -o plan.yaml`` on the tiny model."""
 
@@ -410,6 +429,21 @@ CASES: list[Case] = [
     Case(
         "stream plan copying the plan onto a unit no partition runs on",
         _stream_plan({"in_flight": [1, 1], "copies": [{"gpu9": "cpu0"}]}),
+    ),
+    Case(
+        "stream plan whose copy runs a partition on a unit that cannot run it",
+        _stream_plan_units(
+            {"npu0": {"backend": "onnxruntime", "threads": 1, "ops": ["Conv"]}},
+            {"in_flight": [1, 1], "copies": [{"cpu0": "npu0"}]},
+        ),
+    ),
+    Case(
+        "stream plan whose copy runs on a core the plan runs on",
+        _stream_plan_units(
+            {"cpu9": {"backend": "onnxruntime", "threads": 1, "cores": [0]}},
+            {"in_flight": [1, 1], "copies": [{"cpu0": "cpu9"}]},
+            cores=[0],
+        ),
     ),
     Case(
         "stream latency bound no plan can meet",

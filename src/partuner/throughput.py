@@ -6,6 +6,7 @@ the planning is :mod:`partuner.plan.stream_plan`, the runtime :mod:`partuner.run
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from partuner.errors import PartunerError
+from partuner.errors import PartunerError, PlanFileError
 from partuner.export import PlanFile, StreamSpec, cut
 from partuner.graph import ModelGraph
 from partuner.plan import Plan, Problem
@@ -24,6 +25,7 @@ from partuner.units import UnitSet
 
 __all__ = [
     "LATENCY_SHARE",
+    "check_stream_copies",
     "check_stream_spec",
     "StreamRun",
     "make_stream_plan",
@@ -106,9 +108,7 @@ def stream_sessions(
     partitions' units renamed); closed again if one cannot be made."""
     parts = cut(graph, pf.partitions)
     copies = list(pf.stream.copies) if pf.stream is not None else []
-    for c in copies:
-        for u in c.values():
-            units[u]  # noqa: B018 - names the known units when unknown
+    check_stream_copies(pf, graph, units)
     sessions: list[Session] = []
     try:
         for rename in [{}, *copies]:
@@ -119,6 +119,47 @@ def stream_sessions(
             s.close()
         raise
     return sessions
+
+
+def check_stream_copies(pf: PlanFile, graph: ModelGraph, units: UnitSet) -> None:
+    """Raise PlanFileError unless each copy of ``pf``'s ``stream`` section runs every
+    partition on a unit that runs its nodes, and the plan and its copies share no unit and no
+    declared core (copies run side by side, each frame on one of them)."""
+    copies = list(pf.stream.copies) if pf.stream is not None else []
+    if not copies:
+        return
+    source = pf.source or "(in memory)"
+    on = sorted({p.unit for p in pf.partitions})
+    used: list[set[str]] = []
+    for k, rename in enumerate([{}, *copies]):
+        for part in pf.partitions:
+            name = rename.get(part.unit, part.unit)
+            unit = units[name]  # names the known units when unknown
+            bad = [n for n in part.nodes if not unit.supports(graph.node(n), graph)]
+            if bad:
+                op = graph.node(bad[0]).op_type
+                raise PlanFileError(
+                    f"plan {source}: copy {k} of its stream runs partition {part.name!r} on unit "
+                    f"{name!r}, whose ops list leaves out {op} (node {bad[0]!r}); rename "
+                    f"{part.unit!r} to a unit that runs it in `partuner.stream.copies`, or plan "
+                    "again"
+                )
+        used.append({rename.get(u, u) for u in on})
+
+    def who(i: int) -> str:
+        return "the plan" if i == 0 else f"its copy {i}"
+
+    for i, j in itertools.combinations(range(len(used)), 2):
+        for a in sorted(used[i]):
+            for b in sorted(used[j]):
+                shared = set(units[a].cores or ()) & set(units[b].cores or ())
+                if a == b or shared:
+                    what = f"unit {a!r}" if a == b else f"core {min(shared)} ({a!r}, {b!r})"
+                    raise PlanFileError(
+                        f"plan {source}: {who(i)} and {who(j)} both run on {what}; the copies "
+                        "of a stream must run on units that share no hardware (rename to other "
+                        "units in `partuner.stream.copies`, or plan again)"
+                    )
 
 
 def stream_frames(

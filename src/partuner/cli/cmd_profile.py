@@ -85,6 +85,12 @@ from partuner.cli.stages import load_units_cli, unit_summary
     help="Load a NEST-C profile YAML into the store for --unit NAME.",
 )
 @click.option("--unit", "unit_name", help="The unit an --import-nestc profile was measured on.")
+@click.option(
+    "--corun-again",
+    is_flag=True,
+    help="Time the units side by side again (the 'beside others' factor streams are planned "
+    "with), replacing the stored one: after it was timed while other work ran.",
+)
 @json_option
 @quiet_option
 @handle_errors
@@ -104,6 +110,7 @@ def profile_cmd(
     export_nestc: str | None,
     import_nestc: str | None,
     unit_name: str | None,
+    corun_again: bool,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -156,6 +163,7 @@ def profile_cmd(
             remote=remote,
             fuse=patterns,
             fuse_auto=fuse_auto,
+            corun_again=corun_again,
             **extra,
         )
     files: list[str] = []
@@ -389,6 +397,11 @@ def _render(
             "-" if r["corun_factor"] is None else f"x{r['corun_factor']:.3f}",
         )
     console.print(t)
+    if any(r["corun_factor"] is not None for r in summary):
+        console.print(
+            "beside others: a unit's run time while the other units run theirs at once, over "
+            "its time alone (shared caches and memory; streams are planned with it)"
+        )
     for r in summary:
         if r["regions"]:
             _render_regions(r["unit"], r["regions"])

@@ -24,6 +24,7 @@ from partuner.cli.common import (
     console,
     db_option,
     emit_json,
+    given,
     handle_errors,
     input_options,
     input_shape_option,
@@ -463,6 +464,8 @@ def _stream(
         raise PartunerError(
             "--stream runs the plan's own units: leave out --fallback and --calibrate"
         )
+    if given("repeat"):
+        raise PartunerError("--repeat times single runs; a stream runs --stream N frames")
     g = load_graph(model, input_shapes)
     pf = read_plan(plan_path)
     us = _units_for_plan(units_file, pf)

@@ -17,6 +17,7 @@ from partuner.cli.common import (
     db_option,
     emit_json,
     fuse_options,
+    given,
     handle_errors,
     input_shape_option,
     json_option,
@@ -99,6 +100,12 @@ def tune_cmd(
     if scheduler != "auto":
         get_scheduler(scheduler)
     check_objective(objective, max_latency_ms)
+    if objective != "throughput" and given("frames"):
+        raise PartunerError("--frames sets a measured stream's length: add --objective throughput")
+    if objective == "throughput" and given("repeat"):
+        raise PartunerError(
+            "--repeat times single runs; a stream's length is --frames: leave out --repeat"
+        )
     if objective == "throughput" and scheduler != "auto":
         raise PartunerError("--objective throughput plans from auto's plans: leave out --scheduler")
     g = load_graph(model, input_shapes)

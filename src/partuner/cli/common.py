@@ -191,7 +191,8 @@ def objective_options(fn: F) -> F:
         type=FiniteRange(min=0, min_open=True),
         default=None,
         metavar="MS",
-        help="With --objective throughput: each frame's p99 latency at most this.",
+        help="With --objective throughput: each frame's p99 latency at most this (plan: as "
+        "predicted, which has no jitter; tune: as measured).",
     )(fn)
     return click.option(
         "--objective",
@@ -207,6 +208,21 @@ def check_objective(objective: str, max_latency_ms: float | None) -> None:
     """``--max-latency-ms`` means something with ``--objective throughput`` only."""
     if max_latency_ms is not None and objective != "throughput":
         raise PartunerError("--max-latency-ms bounds a stream's frames: add --objective throughput")
+
+
+def given(name: str) -> bool:
+    """Whether the current command's parameter ``name`` was given (on the command line or by
+    its environment variable), not left at its default: an option that the other options make
+    meaningless is refused, not ignored without a word."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return False
+    return ctx.get_parameter_source(name) in (
+        ParameterSource.COMMANDLINE,
+        ParameterSource.ENVIRONMENT,
+    )
 
 
 def fuse_options(fn: F) -> F:

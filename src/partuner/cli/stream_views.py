@@ -62,12 +62,16 @@ def plan_result(result: Any, output: str | None) -> dict[str, Any]:
     }
 
 
+def _frames(n: int) -> str:
+    return f"{n} frame" if n == 1 else f"{n} frames"
+
+
 def print_plan(r: dict[str, Any]) -> None:
     label = " (modeled)" if r["modeled"] else ""
     console.print(
         f"stream plan by [bold]{r['scheduler']}[/bold] ({r['status']}): predicted "
         f"{r['predicted_fps']:.1f} frames/s{label}, bound {_fps(r['fps_bound'])} frames/s, "
-        f"{sum(r['in_flight'])} frames in flight, latency p50 {_ms(r['latency_ms']['p50'])} "
+        f"{_frames(sum(r['in_flight']))} in flight, latency p50 {_ms(r['latency_ms']['p50'])} "
         f"p99 {_ms(r['latency_ms']['p99'])}"
     )
     t = Table(show_edge=False)
@@ -139,6 +143,15 @@ def run_stream(
     modeled = any(units[u].modeled for u in used)
     out = run.to_dict()
     spec = pf.stream
+    if spec is not None and list(flights) != list(spec.in_flight):
+        # the plan's figures are for its own frames in flight, not for --in-flight's
+        note = (
+            f"the plan's prediction is for {sum(spec.in_flight)} frames in flight, not "
+            f"{sum(flights)} (--in-flight); leave it out to compare with it"
+        )
+        spec = None
+    else:
+        note = None
     result = {
         "model": graph.source,
         "plan": plan_path,
@@ -153,6 +166,10 @@ def run_stream(
         "predicted_latency_ms": None
         if spec is None or spec.latency_p50_us is None
         else {"p50": spec.latency_p50_us / 1e3, "p99": (spec.latency_p99_us or 0) / 1e3},
+        "max_latency_ms": None
+        if pf.stream is None or pf.stream.max_latency_us is None
+        else pf.stream.max_latency_us / 1e3,
+        "note": note,
     }
     if modeled:
         result["latency_ms"] = None
@@ -189,6 +206,17 @@ def print_run(r: dict[str, Any]) -> None:
         )
         busy = ", ".join(f"{u} {100 * v:.0f} %" for u, v in sorted(r["utilisation"].items()))
         console.print(f"utilisation: {busy}")
+        bound = r.get("max_latency_ms")
+        if bound is not None:
+            within = lat["p99"] <= bound
+            console.print(
+                f"p99 latency {lat['p99']:.3f} ms "
+                + ("within" if within else "[yellow]over[/yellow]")
+                + f" the plan's bound of {bound:.3f} ms (--max-latency-ms)"
+                + ("" if within else "; tune --objective throughput measures the candidates")
+            )
+    if r.get("note"):
+        console.print(r["note"])
     c = r["check"]
     verdict = "[green]passed[/green]" if c["passed"] else "[red]FAILED[/red]"
     bad = f" (frames {c['frames_failed'][:10]})" if c["frames_failed"] else ""
@@ -240,7 +268,8 @@ def print_tune(res: dict[str, Any], header: str) -> None:
         t.add_column(c, justify="left" if c == "configuration" else "right")
     for row in res["rows"]:
         lat = row["latency_ms"] or {}
-        what = f"{row['what']} ({row['plan']['name']})"
+        name = row["plan"]["name"]
+        what = row["what"] if name in row["what"] else f"{row['what']} ({name})"
         t.add_row(
             what,
             f"{row['predicted_fps']:.1f} /s",
@@ -256,4 +285,6 @@ def print_tune(res: dict[str, Any], header: str) -> None:
     if c is not None:
         verdict = "[green]passed[/green]" if c["passed"] else "[red]FAILED[/red]"
         console.print(f"output check of every frame {verdict} (rule {c['rule']})")
-    console.print(f"files in {res['outdir']}/: {', '.join(res['files'][:4])}")
+    files = sorted(res["files"], key=lambda f: (f != "plan.yaml", "/" in f, f))
+    more = f" and {len(files) - 4} more" if len(files) > 4 else ""
+    console.print(f"files in {res['outdir']}/: {', '.join(files[:4])}{more}")

@@ -221,6 +221,12 @@ def _read_stream(value: object, units: set[str], where: str) -> StreamSpec | Non
     key = "partuner.stream"
     if not isinstance(value, dict):
         raise PlanFileError(f"{where}: `{key}` must be a mapping, got {short_repr(value)}")
+    objective = value.get("objective", "throughput")
+    if objective != "throughput":
+        raise PlanFileError(
+            f"{where}: `{key}.objective` must be throughput (a stream plan's), got "
+            f"{short_repr(objective)}"
+        )
     copies = value.get("copies") or []
     if not isinstance(copies, list) or not all(isinstance(c, dict) for c in copies):
         raise PlanFileError(
@@ -244,9 +250,12 @@ def _read_stream(value: object, units: set[str], where: str) -> StreamSpec | Non
         or len(flight) != 1 + len(renames)
         or not all(type(k) is int and 1 <= k <= MAX_IN_FLIGHT for k in flight)
     ):
+        whose = (
+            "the plan's" if not renames else f"the plan's and each of its {len(renames)} copies'"
+        )
         raise PlanFileError(
-            f"{where}: `{key}.in_flight` must list the frames in flight (1 to {MAX_IN_FLIGHT}) "
-            f"of the plan and of each of its {len(renames)} copies, got {short_repr(flight)}"
+            f"{where}: `{key}.in_flight` must list {whose} frames in flight (1 to "
+            f"{MAX_IN_FLIGHT} each, {1 + len(renames)} in all), got {short_repr(flight)}"
         )
     lat = value.get("latency_ms") or {}
     if not isinstance(lat, dict):

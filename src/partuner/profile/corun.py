@@ -63,6 +63,8 @@ CORUN_SIG = "__corun__"
 ROUNDS = 12
 #: rounds left out of a factor at each end (the fastest and the slowest ratios)
 TRIM = 2
+#: a factor this high is warned of (the stream benchmark's runs: 1.00-1.15 on a quiet VM)
+BUSY_FACTOR = 1.3
 #: runs of a workload a loop makes at least
 MIN_RUNS = 5
 #: seconds a unit may take to start its runs beside the others, or past its loop to end them
@@ -98,10 +100,15 @@ def measure_corun(
     store: ProfileStore | None,
     digest: str,
     budget_s: float,
+    *,
+    again: bool = False,
 ) -> dict[str, float]:
     """Each unit's co-run factor (module docstring); ``units`` are the participants (at least
-    two, each working here). Factors stored for this model and these participants are reused.
-    A unit whose timing failed has none (a warning says so; the next run times it again)."""
+    two, each working here). Factors stored for this model and these participants are reused,
+    unless ``again``. A unit whose timing failed has none (a warning says so; the next run
+    times it again). Factors of :data:`BUSY_FACTOR` or more are warned of: more than units
+    sharing caches cost each other, most likely other work on the machine while they were
+    timed."""
     names = list(units)
     if len(names) < 2:
         return {}
@@ -114,7 +121,7 @@ def measure_corun(
         twin = sum(role[m] == role[n] for m in key)
         key[n] = f"{CORUN_SIG}#{digest}#{every}#{own}.{twin}"
     rows = {n: store.get(fingerprints[n], key[n]) if store is not None else None for n in names}
-    if not all(r is not None and r.status == OK for r in rows.values()):
+    if again or not all(r is not None and r.status == OK for r in rows.values()):
         rows = _measure(graph, units, budget_s)
         if store is not None:
             for n, m in rows.items():
@@ -131,6 +138,15 @@ def measure_corun(
                 n,
                 m.detail,
             )
+    high = {n: f for n, f in out.items() if f >= BUSY_FACTOR}
+    if high:
+        log.warning(
+            "units slowed each other by %s when timed side by side: more than sharing caches "
+            "and memory costs (a few per cent), as when other work runs on the machine; streams "
+            "are planned with it (it is stored and reused): if the machine was busy then, time "
+            "it again with `partuner profile MODEL --units FILE --corun-again`",
+            ", ".join(f"{n} x{f:.2f}" for n, f in sorted(high.items())),
+        )
     return out
 
 

@@ -241,6 +241,7 @@ def profile_model(
     link_sizes: Sequence[int] = LINK_SIZES,
     layers: bool = True,
     corun: bool = False,
+    corun_again: bool = False,
 ) -> Profile:
     """Measure (or look up) every compute node of ``graph`` on every unit of ``units``.
 
@@ -265,6 +266,7 @@ def profile_model(
         (``profile/corun.py``; what streams need; about 6 x (units + 1) x ``budget_s``
         seconds, at least 12 x (units + 1) x 5 runs of the slowest workload; reused from the
         store).
+    corun_again : with ``corun``, time it again even where the store has it (replacing it).
 
     Raises
     ------
@@ -514,7 +516,8 @@ def profile_model(
     here = {n: u for n, u in here.items() if not isinstance(u, RayUnit)}
     if corun and len(here) > 1:
         pick = {n: here[n] for n in corun_participants(here)}
-        for name, factor in measure_corun(graph, pick, fps, store, digest, budget_s).items():
+        got = measure_corun(graph, pick, fps, store, digest, budget_s, again=corun_again)
+        for name, factor in got.items():
             uprof[name].corun = factor
     return Profile(
         model=graph.source,
