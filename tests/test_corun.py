@@ -214,6 +214,8 @@ def test_rows_stored_before_the_trimmed_factor_still_read() -> None:
         120.0, 100.0, 140.0, 50, detail=json.dumps({"alone_us": 100.0, "factor": 1.05})
     )
     assert _factor(new) == 1.05
+    huge = Measurement(120.0, 100.0, 140.0, 50, detail=json.dumps({"factor": 1e300}))
+    assert _factor(huge) == 100.0
     for bad in ('{"alone_us": 100.0, "factor": "NaN"}', '{"factor": 0.5}', "[1]", "x"):
         assert _factor(Measurement(120.0, 100.0, 140.0, 50, detail=bad)) == 1.0
 

@@ -28,6 +28,10 @@ from partuner.plan.memory import MemoryModel
 
 __all__ = ["Edge", "FusedGroup", "Link", "Problem", "FORMAT", "VERSION"]
 
+#: the largest co-run factor a problem may carry (a unit 100x slower beside another is no
+#: measurement of shared caches)
+MAX_CORUN = 100.0
+
 FORMAT = "partuner.problem"
 VERSION = 1
 
@@ -397,8 +401,10 @@ class Problem(MemoryModel):
         for u, f in self.corun.items():
             if u not in units:
                 raise PartunerError(f"corun given for unknown unit {u!r}")
-            if not (1.0 <= f < math.inf):
-                raise PartunerError(f"corun of unit {u!r} must be a finite factor >= 1, not {f!r}")
+            if not (1.0 <= f <= MAX_CORUN):
+                raise PartunerError(
+                    f"corun of unit {u!r} must be a factor from 1 to {MAX_CORUN:g}, not {f!r}"
+                )
         if self.default_unit is not None and self.default_unit not in units:
             raise PartunerError(f"default unit {self.default_unit!r} is not a unit of {self.units}")
         known = set(self.nodes)

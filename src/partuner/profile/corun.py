@@ -63,6 +63,9 @@ CORUN_SIG = "__corun__"
 ROUNDS = 12
 #: rounds left out of a factor at each end (the fastest and the slowest ratios)
 TRIM = 2
+#: a factor is capped at this (a stored row says what it likes; ``plan.problem.MAX_CORUN``,
+#: the same figure, is what a planning problem accepts)
+MAX_FACTOR = 100.0
 #: a factor this high is warned of (the stream benchmark's runs: 1.00-1.15 on a quiet VM)
 BUSY_FACTOR = 1.3
 #: runs of a workload a loop makes at least
@@ -158,13 +161,12 @@ def _factor(m: Measurement) -> float:
         info = json.loads(m.detail)
         if "factor" in info:
             f = float(info["factor"])
-            return max(1.0, f) if math.isfinite(f) else 1.0
-        alone = float(info["alone_us"])
-    except (ValueError, KeyError, TypeError):
+        else:
+            alone = float(info["alone_us"])
+            f = m.median_us / alone if alone > 0 else math.nan
+    except (ValueError, KeyError, TypeError, ZeroDivisionError):
         return 1.0
-    if not (alone > 0 and math.isfinite(alone) and math.isfinite(m.median_us)):
-        return 1.0
-    return max(1.0, m.median_us / alone)
+    return min(MAX_FACTOR, max(1.0, f)) if math.isfinite(f) else 1.0
 
 
 def _workload(graph: ModelGraph, unit: Unit) -> tuple[object, dict[str, np.ndarray]]:
