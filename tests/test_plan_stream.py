@@ -285,3 +285,25 @@ def test_a_small_predicted_gain_from_more_cuts_keeps_the_simpler_stream() -> Non
     one = stream_plan_of(q, plan_from_assignment(q, {"n0": "u", "n1": "u"}), "one")
     two = stream_plan_of(q, plan_from_assignment(q, {"n0": "u", "n1": "v"}), "two")
     assert _simplest({"one": one, "two": two}, 0.05) is two
+
+
+def test_many_partitions_merge_their_neighbours_as_the_full_search_would(monkeypatch) -> None:
+    """Above MERGE_SEARCH_MAX partitions merge_for_stream merges only neighbours in a
+    topological order (the pairwise search is cubic: a 2000-node chain took minutes); on a
+    chain that is all a merge can do, so both give the same partitions."""
+    import random
+
+    from partuner.plan import stream_plan
+
+    rng = random.Random(3)
+    for _ in range(5):
+        units = [rng.choice("uv") for _ in range(40)]
+        p = _chain([{"u": 1.0, "v": 1.0}] * len(units))
+        parts = [Partition(f"p{i}", u, (f"n{i}",)) for i, u in enumerate(units)]
+        full = merge_for_stream(p, parts)
+        monkeypatch.setattr(stream_plan, "MERGE_SEARCH_MAX", 4)
+        quick = merge_for_stream(p, parts)
+        monkeypatch.undo()
+        assert [(q.unit, q.nodes) for q in quick] == [(q.unit, q.nodes) for q in full]
+        runs = 1 + sum(a != b for a, b in zip(units, units[1:], strict=False))
+        assert len(full) == runs

@@ -23,6 +23,7 @@ so the same problem gives the same plan.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import logging
 import math
@@ -53,6 +54,9 @@ log = logging.getLogger(__name__)
 DEFAULT_TIME_LIMIT_S = 10.0
 _MODEL_SHARE = 0.3  # of the budget, for the CP-SAT relaxation's bound
 _PLAN_SHARE = 0.5  # of what is left, for the CP-SAT plan model; the rest: the local search
+#: partitions up to which merge_for_stream searches every pair (cubic); above, only neighbours
+#: in a topological order are merged (a 2000-node chain's plan took minutes)
+MERGE_SEARCH_MAX = 256
 
 
 @dataclass(frozen=True)
@@ -135,7 +139,16 @@ def merge_for_stream(problem: Problem, parts: Sequence[Partition]) -> list[Parti
     [('u', ('a', 'c')), ('v', ('b',))]
     """
     groups = [(p.unit, sorted(p.nodes, key=problem.index)) for p in parts]
-    while True:
+    if len(groups) > MERGE_SEARCH_MAX:  # the pairwise search is cubic: neighbours only
+        groups = _topological(problem, groups)
+        runs: list[tuple[str, list[str]]] = []
+        for u, ns in groups:  # neighbours in a topological order: no path between them
+            if runs and runs[-1][0] == u:
+                runs[-1] = (u, sorted(runs[-1][1] + ns, key=problem.index))
+            else:
+                runs.append((u, ns))
+        groups = runs
+    while len(groups) <= MERGE_SEARCH_MAX:
         groups = _topological(problem, groups)
         where = {n: i for i, (_, ns) in enumerate(groups) for n in ns}
         succ: list[set[int]] = [set() for _ in groups]
@@ -176,15 +189,23 @@ def _topological(problem: Problem, groups: list[tuple[str, list[str]]]) -> list:
         if a != b:
             after[b].add(a)
     first = [min(problem.index(n) for n in ns) for _, ns in groups]
-    done: set[int] = set()
+    before = [len(a) for a in after]
+    then: list[list[int]] = [[] for _ in groups]
+    for b, a_s in enumerate(after):
+        for a in a_s:
+            then[a].append(b)
+    ready = [(first[i], i) for i in range(len(groups)) if before[i] == 0]
+    heapq.heapify(ready)
     out = []
-    while len(out) < len(groups):
-        k = min(
-            (i for i in range(len(groups)) if i not in done and after[i] <= done),
-            key=first.__getitem__,
-        )
-        done.add(k)
+    while ready:
+        _, k = heapq.heappop(ready)
         out.append(groups[k])
+        for b in then[k]:
+            before[b] -= 1
+            if before[b] == 0:
+                heapq.heappush(ready, (first[b], b))
+    if len(out) < len(groups):  # not from a plan's partitions, which never form a cycle
+        raise InfeasiblePlanError("the partitions depend on each other in a cycle")
     return out
 
 
