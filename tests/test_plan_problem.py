@@ -108,7 +108,11 @@ def test_node_no_unit_can_run() -> None:
         (lambda p: p.cost["a"].update(u=-1.0), ProfileError, "'a' has invalid cost -1.0"),
         (lambda p: p.cost["a"].update(v=math.nan), ProfileError, "'a' has invalid cost nan"),
         (lambda p: p.edges.append(Edge("a", "q", 1)), InfeasiblePlanError, "unknown node 'q'"),
-        (lambda p: p.edges.append(Edge("a", "d", -1)), InfeasiblePlanError, "negative nbytes"),
+        (lambda p: p.edges.append(Edge("a", "d", -1)), InfeasiblePlanError, "moves -1 bytes"),
+        (lambda p: p.edges.append(Edge("a", "d", 10**300)), InfeasiblePlanError, "give 0 to"),
+        (lambda p: p.cost["a"].update(u=1e308), ProfileError, r"invalid cost 1e\+308"),
+        (lambda p: p.call_overhead_us.update(u=INF), PartunerError, r"from 0 to 1e\+12"),
+        (lambda p: p.nodes.clear(), InfeasiblePlanError, "has no nodes"),
         (lambda p: p.nodes.reverse(), InfeasiblePlanError, "not in topological order"),
         (lambda p: p.nodes.append("a"), InfeasiblePlanError, "node 'a' is listed twice"),
         (lambda p: p.units.append("u"), InfeasiblePlanError, "unit 'u' is listed twice"),
@@ -116,7 +120,11 @@ def test_node_no_unit_can_run() -> None:
         (lambda p: p.links.update({("u", "v"): Link(1, 0)}), PartunerError, "gbps > 0"),
         (lambda p: p.links.update({("u", "v"): Link(-1, 1)}), PartunerError, "latency_us >= 0"),
         (lambda p: p.call_overhead_us.update(w=1.0), PartunerError, "unknown unit 'w'"),
-        (lambda p: p.call_overhead_us.update(u=-1.0), PartunerError, "must be >= 0"),
+        (
+            lambda p: p.call_overhead_us.update(u=-1.0),
+            PartunerError,
+            r"must be from 0 to 1e\+12 µs",
+        ),
         (lambda p: p.corun.update(u=0.9), PartunerError, "'u' must be a factor from 1 to 100"),
         (lambda p: p.corun.update(u=1e300), PartunerError, "'u' must be a factor from 1 to 100"),
         (lambda p: p.corun.update(v=INF), PartunerError, "corun of unit 'v' must be"),
@@ -241,3 +249,28 @@ def test_to_json_rejects_nan() -> None:
     p.cost["a"]["u"] = math.nan
     with pytest.raises(PartunerError, match="cannot write nan"):
         p.to_json()
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deep"),
+        ('{"nodes": [' + "9" * 5000 + "]}", "not a problem --dump-problem writes"),
+    ],
+)
+def test_a_problem_file_no_parser_should_swallow_is_one_clear_error(text, pattern) -> None:
+    with pytest.raises(PartunerError, match=pattern):
+        Problem.from_json(text)
+
+
+def test_problem_fields_of_the_wrong_kind_are_one_clear_error() -> None:
+    data = json.loads(diamond().to_json())
+    for change, pattern in [
+        (lambda d: d.update(default_unit=[1]), "default_unit must be a unit's name"),
+        (lambda d: d["edges"][0].update(nbytes=1e308), "give 0 to"),
+        (lambda d: d["edges"][0].update(nbytes="inf"), "whole number of bytes"),
+    ]:
+        bad = json.loads(json.dumps(data))
+        change(bad)
+        with pytest.raises(PartunerError, match=pattern):
+            Problem.from_json(json.dumps(bad)).validate()

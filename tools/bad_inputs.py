@@ -244,6 +244,20 @@ def _corrupt_store(d: Path) -> list[str]:
     return args
 
 
+def _schema_store(d: Path) -> list[str]:
+    """A store whose schema entry is no number (an SQLite file someone else wrote)."""
+    _tiny(d)
+    with sqlite3.connect(d / "p.db") as db:
+        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+        db.execute("INSERT INTO meta VALUES ('schema', 'x; drop')")
+    return ["profile", str(d / "m.onnx"), "--db", str(d / "p.db"), "-q"]
+
+
+def _binary_problem(d: Path) -> list[str]:
+    (d / "p.json").write_bytes(bytes(range(256)) * 4)
+    return ["plan", "--load-problem", str(d / "p.json")]
+
+
 def _readonly_store(d: Path) -> list[str]:
     _tiny(d)
     (d / "ro").mkdir()
@@ -395,6 +409,12 @@ CASES: list[Case] = [
     Case("plan file that is a YAML list", _plan_text("- 1\n- 2\n"), absent=("o",)),
     Case("plan field of the wrong type (`nodes: 7`)", _wrong_type_plan, absent=("o",)),
     Case("profile store with a corrupt page", _corrupt_store),
+    Case("profile store whose schema is not a number", _schema_store),
+    Case("problem file that is not UTF-8 text", _binary_problem),
+    Case(
+        "stream longer than a run may ask",
+        _args("run", "m.onnx", "--plan", "x.yaml", "--stream", "10000000000"),
+    ),
     Case("read-only profile store that must be written", _readonly_store, as_other_user=True),
     Case("`-o/partitions` is a link to another folder", _partitions_link),
     Case(

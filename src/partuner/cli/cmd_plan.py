@@ -115,7 +115,14 @@ def plan_cmd(
         path = Path(load_problem)
         if not path.is_file():
             raise PartunerError(f"problem file not found: {path}; write one with --dump-problem")
-        problem = Problem.from_json(path.read_text())
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError) as exc:
+            why = "it is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+            raise PartunerError(
+                f"cannot read problem file {path}: {why}; write one with --dump-problem"
+            ) from None
+        problem = Problem.from_json(text)
     else:
         prof = profile_cli(
             *(g, us, db, quiet or as_json, skip_unavailable),

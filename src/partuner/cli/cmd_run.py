@@ -339,7 +339,7 @@ def _with_common(fn: Any) -> Any:
 @click.option(
     "--stream",
     "stream_frames",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=1_000_000),
     default=None,
     metavar="N",
     help="Run N frames as a stream (frames overlapping; outputs in order, each checked) and "

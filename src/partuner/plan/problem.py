@@ -28,6 +28,11 @@ from partuner.plan.memory import MemoryModel
 
 __all__ = ["Edge", "FusedGroup", "Link", "Problem", "FORMAT", "VERSION"]
 
+#: the most µs a cost, call overhead or link latency may be (11.6 days: more is no measurement,
+#: and the exact schedulers' integer time grid overflows)
+MAX_US = 1e12
+#: the most bytes an edge may move (a petabyte)
+MAX_BYTES = 10**15
 #: the largest co-run factor a problem may carry (a unit 100x slower beside another is no
 #: measurement of shared caches)
 MAX_CORUN = 100.0
@@ -316,6 +321,10 @@ class Problem(MemoryModel):
         """
         _check_unique("node", self.nodes)
         _check_unique("unit", self.units)
+        if not self.nodes:
+            raise InfeasiblePlanError("the problem has no nodes: nothing to plan")
+        if self.default_unit is not None and not isinstance(self.default_unit, str):
+            raise PartunerError(f"default unit must be a unit's name, not {self.default_unit!r}")
         known, units = set(self.nodes), set(self.units)
         for n in self.nodes:
             row = self.cost.get(n)
@@ -325,16 +334,21 @@ class Problem(MemoryModel):
                 c = row.get(u)
                 if c is None:
                     raise ProfileError(f"node {n!r} has no cost on unit {u!r}; re-profile it")
-                if math.isnan(c) or c < 0:
-                    raise ProfileError(f"node {n!r} has invalid cost {c!r} on unit {u!r}")
+                if math.isnan(c) or c < 0 or (MAX_US < c < math.inf):
+                    raise ProfileError(
+                        f"node {n!r} has invalid cost {c!r} on unit {u!r} (µs: 0 to "
+                        f"{MAX_US:g}, or inf where it cannot run)"
+                    )
         for e in self.edges:
             for end in (e.src, e.dst):
                 if end not in known:
                     raise InfeasiblePlanError(
                         f"edge {e.src!r} -> {e.dst!r} names unknown node {end!r}"
                     )
-            if e.nbytes < 0:
-                raise InfeasiblePlanError(f"edge {e.src!r} -> {e.dst!r} has negative nbytes")
+            if not 0 <= e.nbytes <= MAX_BYTES:
+                raise InfeasiblePlanError(
+                    f"edge {e.src!r} -> {e.dst!r} moves {e.nbytes!r} bytes; give 0 to {MAX_BYTES:g}"
+                )
         self._check_acyclic()
         for n in self.nodes:
             if not self.runnable_units(n):
@@ -385,16 +399,18 @@ class Problem(MemoryModel):
         for u, t in self.call_overhead_us.items():
             if u not in units:
                 raise PartunerError(f"call overhead given for unknown unit {u!r}")
-            if not t >= 0:
-                raise PartunerError(f"call overhead of unit {u!r} must be >= 0, not {t!r}")
+            if not 0 <= t <= MAX_US:
+                raise PartunerError(
+                    f"call overhead of unit {u!r} must be from 0 to {MAX_US:g} µs, not {t!r}"
+                )
         if not self.modeled <= units:
             raise PartunerError(f"modeled names unknown units {sorted(self.modeled - units)}")
         for key in ("boundary_us_per_byte", "boundary_out_us_per_byte"):
             for u, t in getattr(self, key).items():
                 if u not in units:
                     raise PartunerError(f"{key} given for unknown unit {u!r}")
-                if not (t >= 0 and math.isfinite(t)):
-                    raise PartunerError(f"{key} of unit {u!r} must be >= 0, not {t!r}")
+                if not 0 <= t <= MAX_US:
+                    raise PartunerError(f"{key} of unit {u!r} must be >= 0 and finite, not {t!r}")
         for u in self.resources:
             if u not in units:
                 raise PartunerError(f"resources given for unknown unit {u!r}")
@@ -458,7 +474,7 @@ def _check_unique(kind: str, names: list[str]) -> None:
 
 
 def _check_link(link: Link, what: str) -> None:
-    if not (link.latency_us >= 0 and link.gbps > 0) or math.isinf(link.latency_us):
+    if not (0 <= link.latency_us <= MAX_US and link.gbps > 0):
         raise PartunerError(
             f"{what} needs a finite latency_us >= 0 and gbps > 0, got "
             f"latency_us={link.latency_us!r}, gbps={link.gbps!r}"

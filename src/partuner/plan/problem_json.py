@@ -120,7 +120,7 @@ def problem_from_dict(data: Any) -> Problem:
                 Edge(
                     str(e["src"]),
                     str(e["dst"]),
-                    int(e["nbytes"]),
+                    _int(e["nbytes"]),
                     tuple(str(v) for v in e.get("values", ())),
                 )
                 for e in data.get("edges", [])
@@ -145,7 +145,7 @@ def problem_from_dict(data: Any) -> Problem:
                 )
                 for g in data.get("groups", [])
             ],
-            default_unit=data.get("default_unit"),
+            default_unit=_opt_str(data.get("default_unit"), "default_unit"),
             boundary_us_per_byte={
                 str(u): _float(t) for u, t in data.get("boundary_us_per_byte", {}).items()
             },
@@ -160,8 +160,8 @@ def problem_from_dict(data: Any) -> Problem:
         raise
     except KeyError as exc:
         raise PartunerError(f"problem JSON lacks required key {exc.args[0]!r}") from None
-    except (AttributeError, TypeError, ValueError) as exc:
-        raise PartunerError(f"malformed problem JSON: {exc}") from None
+    except (AttributeError, TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise PartunerError(f"malformed problem JSON: {str(exc)[:200]}") from None
 
 
 def problem_from_json(text: str) -> Problem:
@@ -170,6 +170,9 @@ def problem_from_json(text: str) -> Problem:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise PartunerError(f"problem file is not valid JSON: {exc}") from None
+    except (RecursionError, ValueError) as exc:  # nested too deep; an integer too long
+        why = "nested too deep" if isinstance(exc, RecursionError) else str(exc)[:120]
+        raise PartunerError(f"problem file is not a problem --dump-problem writes: {why}") from None
     if not isinstance(data, dict):
         raise PartunerError(
             f"malformed problem JSON: it holds a {type(data).__name__}, not the object "
@@ -182,6 +185,12 @@ def _num(x: float) -> float | str:
     if math.isnan(x) or x == -math.inf:
         raise PartunerError(f"cannot write {x!r} to a problem file")
     return "inf" if x == math.inf else x
+
+
+def _opt_str(x: Any, what: str) -> str | None:
+    if x is None or isinstance(x, str):
+        return x
+    raise ValueError(f"{what} must be a unit's name, got {x!r}")
 
 
 def _int(x: Any) -> int:

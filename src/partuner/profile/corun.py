@@ -164,7 +164,7 @@ def _factor(m: Measurement) -> float:
         else:
             alone = float(info["alone_us"])
             f = m.median_us / alone if alone > 0 else math.nan
-    except (ValueError, KeyError, TypeError, ZeroDivisionError):
+    except (ValueError, KeyError, TypeError, ZeroDivisionError, RecursionError):
         return 1.0
     return min(MAX_FACTOR, max(1.0, f)) if math.isfinite(f) else 1.0
 

@@ -187,7 +187,14 @@ class ProfileStore:
             self._check_version(row[0])
 
     def _check_version(self, value: str) -> None:
-        if int(value) > SCHEMA_VERSION:
+        try:
+            version = int(value)
+        except (TypeError, ValueError):
+            raise ProfileError(
+                f"profile store {self.path} has schema {str(value)[:40]!r}, which is no version "
+                "partuner writes; it is not a partuner profile store: use another --db"
+            ) from None
+        if version > SCHEMA_VERSION:
             raise ProfileError(
                 f"profile store {self.path} has schema {value}, newer than this partuner "
                 f"({SCHEMA_VERSION}); upgrade partuner or use another --db"
