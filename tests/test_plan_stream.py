@@ -307,3 +307,8 @@ def test_many_partitions_merge_their_neighbours_as_the_full_search_would(monkeyp
         assert [(q.unit, q.nodes) for q in quick] == [(q.unit, q.nodes) for q in full]
         runs = 1 + sum(a != b for a, b in zip(units, units[1:], strict=False))
         assert len(full) == runs
+
+
+def test_a_problem_without_nodes_has_nothing_to_stream() -> None:
+    with pytest.raises(InfeasiblePlanError, match="no frame to stream"):
+        plan_throughput(Problem([], ["u"], {}), time_limit=1.0)

@@ -321,8 +321,6 @@ class Problem(MemoryModel):
         """
         _check_unique("node", self.nodes)
         _check_unique("unit", self.units)
-        if not self.nodes:
-            raise InfeasiblePlanError("the problem has no nodes: nothing to plan")
         if self.default_unit is not None and not isinstance(self.default_unit, str):
             raise PartunerError(f"default unit must be a unit's name, not {self.default_unit!r}")
         known, units = set(self.nodes), set(self.units)

@@ -340,6 +340,8 @@ def plan_throughput(
         No candidate meets ``max_latency_us`` (the message gives the best latency found).
     """
     problem.validate()
+    if not problem.nodes:
+        raise InfeasiblePlanError(f"{problem.name!r} has no nodes: no frame to stream")
     budget = DEFAULT_TIME_LIMIT_S if time_limit is None else max(0.0, time_limit)
     clock = WorkClock.of(clock, budget)
     deadline = clock.now() + budget
