@@ -273,3 +273,20 @@ def test_problem_fields_of_the_wrong_kind_are_one_clear_error() -> None:
         change(bad)
         with pytest.raises(PartunerError, match=pattern):
             Problem.from_json(json.dumps(bad)).validate()
+
+
+def test_a_malformed_problem_field_is_named() -> None:
+    data = json.loads(diamond().to_json())
+    for change, pattern in [
+        (lambda d: d.update(corun=[1.1, 1.2]), r"`corun`: expected a mapping"),
+        (lambda d: d.update(corun=None), r"`corun`: expected a mapping"),
+        (lambda d: d.update(resources={"u": 5}), r"`resources`: expected a list"),
+        (lambda d: d["edges"].append("a->b"), r"`edges`: "),
+        (lambda d: d["edges"][0].pop("dst"), r"`edges` lacks required key 'dst'"),
+        (lambda d: d.pop("nodes"), r"problem JSON lacks required key 'nodes'"),
+        (lambda d: d["cost"]["a"].update(u="fast"), r"`cost`: expected a number"),
+    ]:
+        bad = json.loads(json.dumps(data))
+        change(bad)
+        with pytest.raises(PartunerError, match=pattern):
+            Problem.from_json(json.dumps(bad))

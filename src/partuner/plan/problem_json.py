@@ -110,51 +110,70 @@ def problem_from_dict(data: Any) -> Problem:
             )
         dl = data.get("default_link", {"latency_us": 0.0, "gbps": "inf"})
         return Problem(
-            nodes=[str(n) for n in data["nodes"]],
-            units=[str(u) for u in data["units"]],
-            cost={
-                str(n): {str(u): _float(c) for u, c in row.items()}
-                for n, row in data["cost"].items()
-            },
-            edges=[
-                Edge(
-                    str(e["src"]),
-                    str(e["dst"]),
-                    _int(e["nbytes"]),
-                    tuple(str(v) for v in e.get("values", ())),
-                )
-                for e in data.get("edges", [])
-            ],
-            links={
-                (str(k["a"]), str(k["b"])): Link(_float(k["latency_us"]), _float(k["gbps"]))
-                for k in data.get("links", [])
-            },
-            default_link=Link(_float(dl["latency_us"]), _float(dl["gbps"])),
-            call_overhead_us={
-                str(u): _float(t) for u, t in data.get("call_overhead_us", {}).items()
-            },
-            modeled=frozenset(str(u) for u in data.get("modeled", [])),
+            nodes=_field("nodes", lambda: [str(n) for n in data["nodes"]]),
+            units=_field("units", lambda: [str(u) for u in data["units"]]),
+            cost=_field(
+                "cost",
+                lambda: {
+                    str(n): {str(u): _float(c) for u, c in row.items()}
+                    for n, row in data["cost"].items()
+                },
+            ),
+            edges=_field(
+                "edges",
+                lambda: [
+                    Edge(
+                        str(e["src"]),
+                        str(e["dst"]),
+                        _int(e["nbytes"]),
+                        tuple(str(v) for v in e.get("values", ())),
+                    )
+                    for e in data.get("edges", [])
+                ],
+            ),
+            links=_field(
+                "links",
+                lambda: {
+                    (str(k["a"]), str(k["b"])): Link(_float(k["latency_us"]), _float(k["gbps"]))
+                    for k in data.get("links", [])
+                },
+            ),
+            default_link=_field(
+                "default_link", lambda: Link(_float(dl["latency_us"]), _float(dl["gbps"]))
+            ),
+            call_overhead_us=_field("call_overhead_us", lambda: _floats(data, "call_overhead_us")),
+            modeled=_field("modeled", lambda: frozenset(str(u) for u in data.get("modeled", []))),
             name=str(data.get("name", "problem")),
-            resources={
-                str(u): frozenset(str(r) for r in rs) for u, rs in data.get("resources", {}).items()
-            },
-            groups=[
-                FusedGroup(
-                    tuple(str(n) for n in g["nodes"]),
-                    {str(u): _float(c) for u, c in g["cost"].items()},
-                )
-                for g in data.get("groups", [])
-            ],
+            resources=_field(
+                "resources",
+                lambda: {
+                    str(u): frozenset(str(r) for r in _list(rs))
+                    for u, rs in data.get("resources", {}).items()
+                },
+            ),
+            groups=_field(
+                "groups",
+                lambda: [
+                    FusedGroup(
+                        tuple(str(n) for n in g["nodes"]),
+                        {str(u): _float(c) for u, c in g["cost"].items()},
+                    )
+                    for g in data.get("groups", [])
+                ],
+            ),
             default_unit=_opt_str(data.get("default_unit"), "default_unit"),
-            boundary_us_per_byte={
-                str(u): _float(t) for u, t in data.get("boundary_us_per_byte", {}).items()
-            },
-            boundary_out_us_per_byte={
-                str(u): _float(t) for u, t in data.get("boundary_out_us_per_byte", {}).items()
-            },
-            weight_bytes={str(n): _int(w) for n, w in data.get("weight_bytes", {}).items()},
-            memory_bytes={str(u): _float(b) for u, b in data.get("memory_bytes", {}).items()},
-            corun={str(u): _float(f) for u, f in data.get("corun", {}).items()},
+            boundary_us_per_byte=_field(
+                "boundary_us_per_byte", lambda: _floats(data, "boundary_us_per_byte")
+            ),
+            boundary_out_us_per_byte=_field(
+                "boundary_out_us_per_byte", lambda: _floats(data, "boundary_out_us_per_byte")
+            ),
+            weight_bytes=_field(
+                "weight_bytes",
+                lambda: {str(n): _int(w) for n, w in data.get("weight_bytes", {}).items()},
+            ),
+            memory_bytes=_field("memory_bytes", lambda: _floats(data, "memory_bytes")),
+            corun=_field("corun", lambda: _floats(data, "corun")),
         )
     except PartunerError:
         raise
@@ -185,6 +204,35 @@ def _num(x: float) -> float | str:
     if math.isnan(x) or x == -math.inf:
         raise PartunerError(f"cannot write {x!r} to a problem file")
     return "inf" if x == math.inf else x
+
+
+def _field(name: str, make: Any) -> Any:
+    """``make()``, its errors named after the problem file's field ``name``."""
+    try:
+        return make()
+    except KeyError as exc:
+        key = exc.args[0]
+        raise PartunerError(
+            f"problem JSON lacks required key {key!r}"
+            if key == name
+            else f"malformed problem JSON: `{name}` lacks required key {key!r}"
+        ) from None
+    except (AttributeError, TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise PartunerError(f"malformed problem JSON: `{name}`: {str(exc)[:200]}") from None
+
+
+def _floats(data: Any, name: str) -> dict[str, float]:
+    """``{unit or node: number}`` field ``name`` (absent: empty)."""
+    got = data.get(name, {})
+    if got is None or not isinstance(got, dict):
+        raise TypeError(f'expected a mapping like {{"npu": 1.5}}, got {type(got).__name__}')
+    return {str(k): _float(v) for k, v in got.items()}
+
+
+def _list(x: Any) -> list[Any]:
+    if not isinstance(x, list):
+        raise TypeError(f"expected a list, got {x!r}")
+    return x
 
 
 def _opt_str(x: Any, what: str) -> str | None:
