@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -25,14 +26,22 @@ def _fails_cleanly(result, *needles: str) -> None:
         assert n in lines[0], lines[0]
 
 
-def test_plan_and_run_a_stream_on_two_cpus(tmp_path, branchy_file, units_file, db, monkeypatch):
-    # the two cpus timed side by side (tests/test_corun.py times them for real): fixed here, so
-    # that the plan below does not hang on how loaded the machine is
+@pytest.fixture()
+def fixed_corun(monkeypatch):
+    """The units' side-by-side factor fixed (tests/test_corun.py times it for real), so that the
+    plans below do not hang on how loaded the machine is: ``fixed_corun(f)`` sets it."""
     from partuner.profile import profiler
 
-    monkeypatch.setattr(
-        profiler, "measure_corun", lambda g, units, *a, **k: dict.fromkeys(units, 1.2)
-    )
+    def fix(factor: float) -> None:
+        monkeypatch.setattr(
+            profiler, "measure_corun", lambda g, units, *a, **k: dict.fromkeys(units, factor)
+        )
+
+    return fix
+
+
+def test_plan_and_run_a_stream_on_two_cpus(tmp_path, branchy_file, units_file, db, fixed_corun):
+    fixed_corun(1.2)
     plan = tmp_path / "stream.yaml"
     r = _invoke(
         "plan", branchy_file, "--units", units_file, "--db", db, "--objective", "throughput",
@@ -244,13 +253,9 @@ def test_options_a_stream_does_not_use_are_refused(tmp_path, branchy_file, units
 
 
 def test_in_flight_other_than_the_plans_is_not_compared_with_its_prediction(
-    tmp_path, branchy_file, units_file, db, monkeypatch
+    tmp_path, branchy_file, units_file, db, fixed_corun
 ):
-    from partuner.profile import profiler
-
-    monkeypatch.setattr(
-        profiler, "measure_corun", lambda g, units, *a, **k: dict.fromkeys(units, 1.0)
-    )
+    fixed_corun(1.0)
     plan = tmp_path / "s.yaml"
     r = _invoke(
         "plan", branchy_file, "--units", units_file, "--db", db, "--objective", "throughput",

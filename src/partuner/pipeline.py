@@ -34,7 +34,7 @@ from partuner.plan import lower_bound as problem_lower_bound
 from partuner.profile import Profile
 from partuner.profile.measure import random_feeds
 from partuner.runtime import CheckResult, Session, check_outputs
-from partuner.units import UnitSet
+from partuner.units import Unit, UnitSet
 
 __all__ = [
     "build_problem",
@@ -336,8 +336,7 @@ def plan_from_file(
     for part in pf.partitions:
         if part.unit not in units.units:
             continue  # on the fallback unit (checked above)
-        unit = units[part.unit]
-        bad = [n for n in part.nodes if not unit.supports(graph.node(n), graph)]
+        bad = unsupported_nodes(graph, units[part.unit], part.nodes)
         if bad:
             op = graph.node(bad[0]).op_type
             raise PlanFileError(
@@ -350,6 +349,11 @@ def plan_from_file(
         plan = plan_from_assignment(problem, pf.node_unit)
         pf.predicted_us = plan.predicted_us
     return pf
+
+
+def unsupported_nodes(graph: ModelGraph, unit: Unit, nodes: Sequence[str]) -> list[str]:
+    """The nodes of ``nodes`` that ``unit`` cannot run (its ``ops`` list leaves them out)."""
+    return [n for n in nodes if not unit.supports(graph.node(n), graph)]
 
 
 def check_plan_model(pf: PlanFile, graph: ModelGraph) -> None:

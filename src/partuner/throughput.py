@@ -128,14 +128,16 @@ def check_stream_copies(pf: PlanFile, graph: ModelGraph, units: UnitSet) -> None
     copies = list(pf.stream.copies) if pf.stream is not None else []
     if not copies:
         return
+    from partuner.pipeline import unsupported_nodes
+
     source = pf.source or "(in memory)"
     on = sorted({p.unit for p in pf.partitions})
-    used: list[set[str]] = []
-    for k, rename in enumerate([{}, *copies]):
+    used: list[set[str]] = [set(on)]  # the plan's own partitions: plan_from_file checks them
+    for k, rename in enumerate(copies, start=1):
         for part in pf.partitions:
             name = rename.get(part.unit, part.unit)
-            unit = units[name]  # names the known units when unknown
-            bad = [n for n in part.nodes if not unit.supports(graph.node(n), graph)]
+            # units[name] names the known units when unknown
+            bad = unsupported_nodes(graph, units[name], part.nodes)
             if bad:
                 op = graph.node(bad[0]).op_type
                 raise PlanFileError(
