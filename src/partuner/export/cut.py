@@ -17,6 +17,7 @@ from onnx import helper
 
 from partuner.errors import PartitionCycleError, PlanFileError
 from partuner.graph import ModelGraph
+from partuner.graph.subgraphs import outer_names
 
 __all__ = ["PartitionModel", "cut", "cut_nodes", "for_unit_ops", "partition_order"]
 
@@ -85,7 +86,7 @@ def cut_nodes(
     inputs: list[str] = []
     used_inits: list[str] = []
     for nd in protos:
-        for v in nd.input:
+        for v in [*nd.input, *outer_names(nd)]:  # and what its sub-graphs read of the model
             if not v or v in produced:
                 continue
             if v in inits:

@@ -24,6 +24,7 @@ from onnx import helper, numpy_helper
 from partuner.errors import InputShapeError, InvalidModelError
 from partuner.graph.flops import node_flops
 from partuner.graph.fold import fold_shape_computations
+from partuner.graph.subgraphs import outer_names
 
 __all__ = [
     "MAX_INPUT_ELEMENTS",
@@ -550,6 +551,9 @@ def _build(model: onnx.ModelProto, inputs: list[str], source: str) -> ModelGraph
         in_shapes = [values[x].shape if x else None for x in in_names]
         out_shapes = [values[x].shape if x else None for x in out_names_n]
         attrs = {a.name: _attr_value(a) for a in protos[n.name].attribute}
+        flops = node_flops(n.op_type, attrs, in_shapes, out_shapes)
+        # what its sub-graphs read of this graph: inputs too (the order and cuts need them)
+        in_names += tuple(x for x in outer_names(protos[n.name]) if x in values)
         weight = sum(values[x].nbytes for x in in_names if x and values[x].is_initializer)
         io = sum(values[x].nbytes for x in in_names if x and not values[x].is_initializer)
         io += sum(values[x].nbytes for x in out_names_n if x)
@@ -562,11 +566,20 @@ def _build(model: onnx.ModelProto, inputs: list[str], source: str) -> ModelGraph
                 attributes=attrs,
                 inputs=in_names,
                 outputs=out_names_n,
-                flops=node_flops(n.op_type, attrs, in_shapes, out_shapes),
+                flops=flops,
                 weight_bytes=weight,
                 io_bytes=io,
             )
         )
+    # a value read inside a sub-graph is consumed by the node that holds the sub-graph
+    readers: dict[str, list[str]] = {}
+    for node in nodes:
+        for x in dict.fromkeys(node.inputs):
+            if x:
+                readers.setdefault(x, []).append(node.name)
+    for name, v in values.items():
+        if set(v.consumers) != set(readers.get(name, ())):
+            values[name] = dataclasses.replace(v, consumers=tuple(readers.get(name, ())))
     return ModelGraph(
         model=model, nodes=nodes, values=values, inputs=inputs, outputs=out_names, source=source
     )
