@@ -16,7 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import partuner.graph.model as model_mod
+import partuner.graph.model_file as model_mod
 from partuner.errors import InputShapeError, InvalidModelError
 from partuner.graph import load_model, parse_input_shapes, read_model_proto, zoo
 
@@ -412,3 +412,52 @@ def test_zoo_save_follows_the_umask(tmp_path: Path, suffix: str) -> None:
         os.umask(old)
     assert stat.S_IMODE(p.stat().st_mode) == 0o644
     assert [f.name for f in tmp_path.iterdir()] == [p.name]
+
+
+# -- outputs no node computes, shapes the data decides, the shape to suggest -------------------
+
+
+def _relu_model(extra_output: str = "", dims: tuple = (1, 4, 8)) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8])]
+    if extra_output:
+        outs.append(helper.make_tensor_value_info(extra_output, TensorProto.FLOAT, [1, 4, 8]))
+    w = numpy_helper.from_array(np.ones((1, 4, 8), np.float32), "w")
+    nodes = [
+        helper.make_node("Add", ["x", "w"], ["a"], name="add"),
+        helper.make_node("Relu", ["a"], ["y"], name="relu"),
+    ]
+    g = helper.make_graph(nodes, "m", [x], outs, initializer=[w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize(("output", "what"), [("x", "one of its inputs"), ("w", "a weight")])
+def test_an_output_no_node_computes_is_named(output: str, what: str) -> None:
+    with pytest.raises(InvalidModelError) as e:
+        load_model(_relu_model(output))
+    msg = str(e.value)
+    assert f"output {output!r}" in msg and what in msg and "Identity" in msg
+    assert "--input-shape" not in msg  # its shape was never the problem
+
+
+def test_a_shape_the_data_decides_does_not_send_the_user_to_input_shape() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, [2, "n"])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("NonZero", ["r"], ["y"], name="nz"),
+    ]
+    g = helper.make_graph(nodes, "nz", [x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    with pytest.raises(InvalidModelError) as e:
+        load_model(m)
+    msg = str(e.value)
+    assert "'y' (output of node 'nz' (NonZero))" in msg
+    assert "--input-shape" not in msg and "static" in msg
+
+
+def test_a_dynamic_input_is_suggested_with_the_model_s_own_fixed_sizes() -> None:
+    m = _relu_model(dims=("N", 4, 8))
+    with pytest.raises(InputShapeError) as e:
+        load_model(m)
+    assert "--input-shape x=1x4x8 " in str(e.value)

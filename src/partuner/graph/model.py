@@ -8,7 +8,6 @@ infers every value's shape and dtype, and records the def-use links (through ``o
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import logging
 import math
 import re
@@ -24,6 +23,7 @@ from onnx import helper, numpy_helper
 from partuner.errors import InputShapeError, InvalidModelError
 from partuner.graph.flops import node_flops
 from partuner.graph.fold import fold_shape_computations
+from partuner.graph.model_file import MAX_MODEL_BYTES, read_model_proto
 from partuner.graph.subgraphs import outer_names
 
 __all__ = [
@@ -39,12 +39,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# protobuf cannot parse a message of 2 GiB or more: larger files (or gzip streams that
-# decompress beyond it) are refused before being read whole.
-MAX_MODEL_BYTES = 2**31 - 1
 # An input tensor of more elements than this (8 GiB of float32) is refused as a typo.
 MAX_INPUT_ELEMENTS = 2**31
-_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -218,103 +214,6 @@ def _check_dims(what: str, dims: tuple[int, ...]) -> None:
         )
 
 
-def read_model_proto(path: str | Path) -> onnx.ModelProto:
-    """Read an ONNX file (``.onnx`` or gzip-compressed ``.onnx.gz``) with its external data.
-
-    Files, and gzip streams once decompressed, larger than :data:`MAX_MODEL_BYTES` are refused
-    (decompression stops there); external data must lie inside the model's folder.
-    """
-    p = Path(path)
-    if not p.exists():
-        raise InvalidModelError(f"model file not found: {p}")
-    if p.is_dir():
-        raise InvalidModelError(f"model path is a folder, not an ONNX file: {p}")
-    if p.stat().st_size > MAX_MODEL_BYTES:
-        raise InvalidModelError(
-            f"{p} is larger than {MAX_MODEL_BYTES} bytes, the most an ONNX protobuf can hold; "
-            "save its weights as external data"
-        )
-    try:
-        data = _read_capped(p)
-        model = onnx.load_model_from_string(data)
-    except InvalidModelError:
-        raise
-    except Exception as exc:  # protobuf raises DecodeError, gzip OSError/EOFError
-        raise InvalidModelError(
-            f"cannot read {p} as an ONNX model ({type(exc).__name__}); is the file complete "
-            "and really ONNX?"
-        ) from None
-    if len(model.graph.node) == 0 and not model.graph.output:
-        raise InvalidModelError(f"{p} holds no ONNX graph (empty or not an ONNX file)")
-    _load_external_data(model, p)
-    return model
-
-
-def _read_capped(p: Path) -> bytes:
-    with p.open("rb") as f:
-        if f.read(2) != b"\x1f\x8b":
-            f.seek(0)
-            return f.read()
-        f.seek(0)
-        chunks: list[bytes] = []
-        total = 0
-        with gzip.GzipFile(fileobj=f) as gz:
-            while chunk := gz.read(_CHUNK):
-                total += len(chunk)
-                if total > MAX_MODEL_BYTES:
-                    raise InvalidModelError(
-                        f"{p} decompresses to more than {MAX_MODEL_BYTES} bytes, the most an "
-                        "ONNX protobuf can hold; is it a gzip bomb? decompress it yourself if not"
-                    )
-                chunks.append(chunk)
-        return b"".join(chunks)
-
-
-def _all_tensors(graph: onnx.GraphProto) -> Iterable[onnx.TensorProto]:
-    yield from graph.initializer
-    for node in graph.node:
-        for a in node.attribute:
-            if a.HasField("t"):
-                yield a.t
-            yield from a.tensors
-            if a.HasField("g"):
-                yield from _all_tensors(a.g)
-            for sub in a.graphs:
-                yield from _all_tensors(sub)
-
-
-def _load_external_data(model: onnx.ModelProto, p: Path) -> None:
-    """Load external tensors, reading only regular files inside the model's folder."""
-    tensors = [t for t in _all_tensors(model.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
-    if not tensors:
-        return
-    folder = p.parent.resolve()
-    for t in tensors:
-        loc = next((e.value for e in t.external_data if e.key == "location"), "")
-        shown = repr(loc[:200])
-        try:  # a NUL byte, a symlink loop or an over-long name raise here
-            target = (folder / loc).resolve()
-            inside = bool(loc) and not Path(loc).is_absolute() and target.is_relative_to(folder)
-            found = inside and target.is_file()
-        except (OSError, ValueError, RuntimeError):
-            inside = found = False
-        if not inside:
-            raise InvalidModelError(
-                f"tensor {t.name!r} of {p} keeps its data at {shown}, outside the model's folder "
-                f"{folder}; partuner reads external data only next to the model: move it there"
-            )
-        if not found:
-            raise InvalidModelError(
-                f"external data file {shown} of tensor {t.name!r} of {p} not found in {folder}; "
-                "copy it next to the model"
-            )
-    try:
-        onnx.load_external_data_for_model(model, str(folder))
-    except Exception as exc:  # onnx refuses symlinks, short files, bad offsets
-        what = " ".join(str(exc).split())[:300] or type(exc).__name__
-        raise InvalidModelError(f"cannot load the external data of {p}: {what}") from None
-
-
 def _check(model: onnx.ModelProto, source: str) -> None:
     try:
         onnx.checker.check_model(model, full_check=False)
@@ -385,9 +284,14 @@ def _fix_inputs(
                     d.dim_param or "?" if not d.HasField("dim_value") else str(d.dim_value)
                     for d in dims
                 )
+                # the model's fixed sizes as they are, 1 for each one it leaves open
+                example = "x".join(
+                    str(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else "1"
+                    for d in dims
+                )
                 raise InputShapeError(
                     f"input {vi.name!r} of {source} has dynamic shape [{shown}]; fix it with "
-                    f"--input-shape {vi.name}=1x3x224x224 (your sizes)"
+                    f"--input-shape {vi.name}={example or '1x3x224x224'} (your sizes)"
                 )
     return names
 
@@ -459,6 +363,7 @@ def load_model(
         name = str(source)
     _check(model, name)
     _name_nodes(model)
+    _check_outputs_computed(model, name)
     if input_shapes is not None and (
         not isinstance(input_shapes, Mapping)
         or not all(isinstance(v, list | tuple) for v in input_shapes.values())
@@ -489,6 +394,23 @@ def _infer(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
         raise InvalidModelError(f"shape inference failed on {name}: {first}") from None
 
 
+def _check_outputs_computed(model: onnx.ModelProto, name: str) -> None:
+    """Every output of the model is computed by one of its nodes: an output that is an input
+    or a weight itself has no node for a plan to place."""
+    g = model.graph
+    produced = {o for n in g.node for o in n.output if o}
+    inits = {t.name for t in g.initializer}
+    for out in g.output:
+        if out.name in produced:
+            continue
+        what = "a weight of the model" if out.name in inits else "one of its inputs"
+        raise InvalidModelError(
+            f"output {out.name!r} of {name} is {what} itself, not computed by any node; "
+            "partuner plans the nodes between the inputs and the outputs: drop that output "
+            "(the caller has it already), or compute it with an Identity node under a new name"
+        )
+
+
 def _all_static(model: onnx.ModelProto) -> bool:
     g = model.graph
     shaped = {
@@ -514,10 +436,19 @@ def _build(model: onnx.ModelProto, inputs: list[str], source: str) -> ModelGraph
         dtype = _np_dtype(v)
         if shape is None or dtype is None:
             prod = v.producer()
-            where = f"output of node {prod.name!r} ({prod.op_type})" if prod else "graph input"
+            if prod is None:
+                where = "a weight" if v.name in init_names else "graph input"
+                raise InvalidModelError(
+                    f"cannot infer a static shape for value {v.name!r} ({where}) in {source}; "
+                    "fix the input shapes with --input-shape or simplify the model"
+                )
+            # every input's shape is fixed by now: this one depends on the data computed
             raise InvalidModelError(
-                f"cannot infer a static shape for value {v.name!r} ({where}) in {source}; "
-                "fix the input shapes with --input-shape or simplify the model"
+                f"cannot infer a static shape for value {v.name!r} (output of node "
+                f"{prod.name!r} ({prod.op_type})) in {source}: ONNX shape inference cannot "
+                "tell it from the inputs' shapes (it depends on values computed at run time); "
+                "partuner plans models whose every shape is static: export the model with that "
+                "size fixed (e.g. a loop unrolled), or simplify it (onnxsim)"
             )
         itemsize = np.dtype(dtype).itemsize if dtype in np.sctypeDict else 1
         prod = v.producer()
