@@ -189,3 +189,37 @@ def test_a_check_with_non_finite_figures_prints_them_as_json_does():
         "  y: max abs - (not finite), max rel - (not finite), cosine - (not finite), "
         "top-1 agreement -"
     ), line
+
+
+# -- plans edited by hand: a partition left empty, a node listed twice in one ------------------
+
+
+@pytest.mark.parametrize("command", ["run", "export"])
+def test_an_empty_partition_is_refused_before_anything_runs(tmp_path, model_file, command):
+    from partuner.export.planfile import PartitionSpec, PlanFile, write_plan
+    from partuner.graph import load_model
+
+    names = tuple(n.name for n in load_model(str(model_file)).compute_nodes)
+    write_plan(
+        PlanFile([PartitionSpec("p0", "cpu", names), PartitionSpec("p1", "cpu", ())]),
+        tmp_path / "plan.yaml",
+    )
+    (tmp_path / "u.yaml").write_text("units:\n  cpu: {backend: onnxruntime, threads: 1}\n")
+    extra = ["-o", tmp_path / "out"] if command == "export" else ["--db", tmp_path / "p.db"]
+    r = _invoke(
+        command, model_file, "--plan", tmp_path / "plan.yaml", "--units", tmp_path / "u.yaml",
+        *extra,
+    )  # fmt: skip
+    _one_line(r, "partition 'p1' has no nodes")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_node_listed_twice_in_one_partition_says_so(model_file):
+    from partuner.export.cut import cut
+    from partuner.export.planfile import PartitionSpec
+    from partuner.graph import load_model
+
+    g = load_model(str(model_file))
+    names = tuple(n.name for n in g.compute_nodes)
+    with pytest.raises(PlanFileError, match=f"node '{names[0]}' is listed twice in partition 'p0'"):
+        cut(g, [PartitionSpec("p0", "cpu", (names[0], *names))])

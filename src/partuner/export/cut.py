@@ -204,6 +204,10 @@ def cut(
         names.add(p.name)  # type: ignore[attr-defined]
     seen: dict[str, str] = {}
     for p in partitions:
+        if not p.nodes:  # type: ignore[attr-defined]
+            raise PlanFileError(
+                f"partition {p.name!r} has no nodes: give it nodes or leave it out of the plan"  # type: ignore[attr-defined]
+            )
         for n in p.nodes:  # type: ignore[attr-defined]
             if not graph.has_node(n):
                 raise PlanFileError(
@@ -212,7 +216,9 @@ def cut(
                 )
             if n in seen:
                 raise PlanFileError(
-                    f"node {n!r} is in partitions {seen[n]!r} and {p.name!r}"  # type: ignore[attr-defined]
+                    f"node {n!r} is listed twice in partition {p.name!r}; list it once"  # type: ignore[attr-defined]
+                    if seen[n] == p.name  # type: ignore[attr-defined]
+                    else f"node {n!r} is in partitions {seen[n]!r} and {p.name!r}"  # type: ignore[attr-defined]
                 )
             seen[n] = p.name  # type: ignore[attr-defined]
     missing = [n.name for n in graph.compute_nodes if n.name not in seen]

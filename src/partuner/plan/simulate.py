@@ -161,7 +161,9 @@ def _check_cover(problem: Problem, partitions: Sequence[Partition]) -> dict[str,
             if n in part_of:
                 other = partitions[part_of[n]].name
                 raise InfeasiblePlanError(
-                    f"node {n!r} is in partitions {other!r} and {part.name!r}; keep it in one"
+                    f"node {n!r} is listed twice in partition {other!r}; list it once"
+                    if other == part.name
+                    else f"node {n!r} is in partitions {other!r} and {part.name!r}; keep it in one"
                 )
             if n not in problem.cost:
                 raise InfeasiblePlanError(f"partition {part.name!r} has unknown node {n!r}")
