@@ -319,8 +319,28 @@ def test_units_says_which_default_link_a_pair_uses(tmp_path):
     r = _invoke("units", "--units", p)
     assert r.exit_code == 0, r.output
     assert "modeled: times are computed, not measured" in r.output
-    assert "link npu-cpu: 60 us + bytes / 1.5 GB/s (the default link, used as is)" in r.output
+    assert "link npu-cpu: 60.0 us + bytes / 1.5 GB/s (the default link, used as is)" in r.output
     assert "(the default link until profiling measures the hand-off" in r.output
+
+
+def test_units_shows_the_links_profiling_measured(branchy_file, units_file, tmp_path):
+    """Found by a new-user trial: after profiling, `units --db` still showed the default link
+    between two local units, not the one profiling measured and stored (that plans use)."""
+    db = tmp_path / "p.db"
+    r = _invoke("units", "--units", units_file, "--db", db, "--json")
+    assert r.exit_code == 0 and not db.exists(), r.output  # nothing created by looking
+    before = json.loads(r.output)["links"][0]
+    assert before["latency_us"] == 40.0 and not before["measured"]
+    r = _invoke("profile", branchy_file, "--units", units_file, "--db", db, "--json")
+    assert r.exit_code == 0, r.output
+    measured = next(
+        x for x in json.loads(r.output)["links"] if {x["a"], x["b"]} == {"cpu0", "cpu1"}
+    )
+    r = _invoke("units", "--units", units_file, "--db", db, "--json")
+    after = json.loads(r.output)["links"][0]
+    assert after["measured"] and after["latency_us"] == pytest.approx(measured["latency_us"])
+    r = _invoke("units", "--units", units_file, "--db", db)
+    assert "(measured by an earlier profiling run, as stored)" in r.output
 
 
 def test_plan_headline_says_how_a_heuristic_plan_is_known_optimal(branchy_file, units_file, db):

@@ -21,6 +21,7 @@ from partuner.cli.common import (
     handle_errors,
     input_shape_option,
     json_option,
+    link_text,
     load_graph,
     progress_bar,
     quiet_option,
@@ -407,11 +408,10 @@ def _render(
             _render_regions(r["unit"], r["regions"])
     ray = {r["unit"] for r in summary if r["ray_call_us"]}
     for link in links:
-        size = "zero-copy" if math.isinf(link["gbps"]) else f"+ bytes / {link['gbps']:.3g} GB/s"
         how = link["source"]
         if ray & {link["a"], link["b"]}:
             how += ": a hand-off here; what Ray moves is in the Ray unit's per-MB costs"
-        console.print(f"  link {link['a']}-{link['b']}: {link['latency_us']:.1f} us {size} ({how})")
+        console.print(link_text(link["a"], link["b"], link["latency_us"], link["gbps"], how))
     for node, unit, why in prof.unsupported[:10]:
         console.print(f"  [yellow]{unit} cannot run {node}[/yellow]: {why}")
     for node, unit, why in prof.failed[:10]:

@@ -13,6 +13,7 @@ from partuner.cli.common import (
     emit_json,
     handle_errors,
     json_option,
+    link_text,
     units_option,
 )
 from partuner.cli.stages import load_units_cli
@@ -50,6 +51,28 @@ def _remote_sources(us: Any, db: str | None) -> dict[str, str]:
     return out
 
 
+def _stored_links(us: Any, db: str | None, rows: list[dict[str, Any]]) -> dict[frozenset, Any]:
+    """The links between local real units that an earlier profiling run measured and stored
+    (read only: nothing is timed, and no store is created where there is none)."""
+    from pathlib import Path
+
+    from partuner.profile import ProfileStore, default_db_path
+    from partuner.profile.transfer import profile_links
+
+    path = Path(db) if db else default_db_path()
+    real = [
+        r["name"]
+        for r in rows
+        if r["available"] and not (r["modeled"] or r["remote"] or r["ray_node"])
+    ]
+    if len(real) < 2 or not path.is_file():
+        return {}
+    with ProfileStore(path) as store:
+        fps = {n: us[n].fingerprint() for n in real}
+        found = profile_links(us, real, fps, set(), {}, store)
+    return {frozenset(p): link for p, link in found.links.items() if found.sources[p] == "measured"}
+
+
 def _cluster(us: Any) -> dict[str, Any] | None:
     """The units file's Ray cluster: reachable or why not, and its live nodes."""
     if us.ray is None:
@@ -70,7 +93,8 @@ def _cluster(us: Any) -> dict[str, Any] | None:
 @handle_errors
 def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
     """List the units (from --units FILE or the local default) and whether each is available;
-    for remote units, where their measurements come from (the profile store, --db)."""
+    for remote units, where their measurements come from, and the links between units as
+    profiling measured them (the profile store, --db)."""
     us = load_units_cli(units_file)
     sources = _remote_sources(us, db)
     rows = []
@@ -93,9 +117,10 @@ def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
         )
     links = []
     names = list(us.units)
+    stored = _stored_links(us, db, rows)
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
-            link = us.link(a, b)
+            link = stored.get(frozenset((a, b))) or us.link(a, b)
             links.append(
                 {
                     "a": a,
@@ -103,6 +128,7 @@ def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
                     "latency_us": link.latency_us,
                     "gbps": link.gbps,
                     "declared": frozenset((a, b)) in us.declared_links,
+                    "measured": frozenset((a, b)) in stored,
                 }
             )
     cluster = _cluster(us)
@@ -150,6 +176,8 @@ def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
         pair = {link["a"], link["b"]}
         if link["declared"]:
             how = "declared"
+        elif link["measured"]:
+            how = "measured by an earlier profiling run, as stored"
         elif ray & pair:
             how = "default (measured at profile time for a Ray unit: a hand-off here, and what "
             how += "Ray moves per MB)"
@@ -157,7 +185,4 @@ def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
             how = f"{default}, used as is"
         else:
             how = f"{default} until profiling measures the hand-off between these units"
-        console.print(
-            f"  link {link['a']}-{link['b']}: {link['latency_us']:g} us + "
-            f"bytes / {link['gbps']:g} GB/s ({how})"
-        )
+        console.print(link_text(link["a"], link["b"], link["latency_us"], link["gbps"], how))

@@ -242,6 +242,12 @@ def fuse_options(fn: F) -> F:
     )(fn)
 
 
+def link_text(a: str, b: str, latency_us: float, gbps: float, how: str) -> str:
+    """One link as ``partuner units`` and ``partuner profile`` print it."""
+    size = "zero-copy" if math.isinf(gbps) else f"+ bytes / {gbps:.3g} GB/s"
+    return f"  link {a}-{b}: {latency_us:.1f} us {size} ({how})"
+
+
 def _clean(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
