@@ -223,3 +223,29 @@ def test_a_node_listed_twice_in_one_partition_says_so(model_file):
     names = tuple(n.name for n in g.compute_nodes)
     with pytest.raises(PlanFileError, match=f"node '{names[0]}' is listed twice in partition 'p0'"):
         cut(g, [PartitionSpec("p0", "cpu", (names[0], *names))])
+
+
+# -- --input files: an .npz archive, a batch of no items ---------------------------------------
+
+
+def test_an_npz_given_as_input_is_named_as_an_archive(tmp_path):
+    import numpy as np
+
+    from partuner.cli.common import read_inputs
+    from partuner.errors import PartunerError
+
+    np.savez(tmp_path / "in.npz", x=np.zeros((1, 3), np.float32))
+    with pytest.raises(PartunerError, match=r"\.npz archive \(x\), not one \.npy array"):
+        read_inputs((f"x={tmp_path / 'in.npz'}",), ["x"])
+
+
+def test_a_batch_of_no_items_says_so(tmp_path, model_file):
+    import numpy as np
+
+    np.save(tmp_path / "e.npy", np.zeros((0, 3, 16, 16), np.float32))
+    (tmp_path / "u.yaml").write_text("units:\n  cpu: {backend: onnxruntime, threads: 1}\n")
+    r = _invoke(
+        "batch", model_file, "--units", tmp_path / "u.yaml", "--db", tmp_path / "p.db",
+        "--input", f"input={tmp_path / 'e.npy'}",
+    )  # fmt: skip
+    _one_line(r, "hold no items")

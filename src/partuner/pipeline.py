@@ -313,6 +313,13 @@ def plan_file(plan: Plan, graph: ModelGraph, units: UnitSet) -> PlanFile:
     )
 
 
+def _units_named(units: UnitSet) -> str:
+    """Where ``units`` came from, for messages: a file, a plan's section or the defaults."""
+    if units.source in ("", "default"):
+        return "this machine's default units"
+    return str(units.source)
+
+
 def plan_from_file(
     pf: PlanFile,
     graph: ModelGraph,
@@ -328,9 +335,9 @@ def plan_from_file(
     unknown = sorted({p.unit for p in pf.partitions} - set(units.units))
     if unknown and fallback is None:
         raise PlanFileError(
-            f"plan {pf.source} uses unit(s) {unknown} that the units file does not define "
-            f"(known: {list(units.units)}); pass the units file the plan was made with, or "
-            "--fallback UNIT to run their partitions on another unit"
+            f"plan {pf.source} uses unit(s) {unknown} that {_units_named(units)} "
+            f"does not define (known: {list(units.units)}); pass the units file the plan was "
+            "made with (--units), or --fallback UNIT to run their partitions on another unit"
         )
     check_plan_model(pf, graph)
     for part in pf.partitions:

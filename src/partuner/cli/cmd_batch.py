@@ -172,6 +172,11 @@ def _batch_of(feeds: dict[str, np.ndarray], batch: int | None) -> int | None:
     sizes = {k: (int(a.shape[0]) if a.ndim else 0) for k, a in feeds.items()}
     if not sizes:
         return batch
+    if all(a.ndim and a.shape[0] == 0 for a in feeds.values()):
+        raise BatchError(
+            f"the --input arrays hold no items (dimension 0 of each: {sizes}); a batch needs "
+            "at least one"
+        )
     if len(set(sizes.values())) > 1 or 0 in sizes.values():
         raise BatchError(
             f"the --input arrays must hold one batch, dimension 0 alike: got {sizes}; "

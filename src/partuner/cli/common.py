@@ -137,7 +137,15 @@ def read_inputs(specs: tuple[str, ...], names: list[str]) -> dict[str, np.ndarra
         if name not in names:
             raise PartunerError(f"--input names {name!r}; the model's inputs are {names}")
         try:
-            out[name] = np.load(Path(path), allow_pickle=False)
+            loaded = np.load(Path(path), allow_pickle=False)
+            if not isinstance(loaded, np.ndarray):  # an .npz archive (arrays by name)
+                held = ", ".join(loaded.files[:5]) or "nothing"
+                loaded.close()
+                raise PartunerError(
+                    f"cannot read --input {path}: it is an .npz archive ({held}), not one .npy "
+                    f"array; save each input alone (numpy.save) and give --input {name}=FILE.npy"
+                )
+            out[name] = loaded
         except ValueError as exc:
             why = str(exc)
             if why.startswith("Object arrays"):  # an .npy of Python objects (a pickle inside)
