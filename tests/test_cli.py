@@ -356,6 +356,9 @@ def test_plan_headline_says_how_a_heuristic_plan_is_known_optimal(branchy_file, 
         ).output  # fmt: skip
     )["status"]
     if status == "optimal":
-        assert "(optimal: it meets the lower bound)" in head, head
+        assert "optimal: it meets the lower bound)" in head, head
     else:
-        assert f"({status})" in head, head
+        assert f"{status})" in head, head
+    # auto chose the plan; the scheduler that found it is named beside it (a user asking for
+    # auto read "plan by nestc" and wondered why)
+    assert head.startswith("plan by auto ("), head

@@ -199,8 +199,13 @@ def plan_cmd(
     # a heuristic's plan that auto proved optimal (it meets the bound) says so, not "optimal"
     # beside the "heuristic" --compare lists for that scheduler's own run
     status = "optimal: it meets the lower bound" if plan.status == "optimal" else plan.status
+    # auto keeps the best plan of its schedulers: say it chose, and which one found it
+    if scheduler == "auto" and plan.scheduler != "auto":
+        by = f"[bold]auto[/bold] ({plan.scheduler}'s plan; {status})"
+    else:
+        by = f"[bold]{plan.scheduler}[/bold] ({status})"
     console.print(
-        f"plan by [bold]{plan.scheduler}[/bold] ({status}): predicted "
+        f"plan by {by}: predicted "
         f"{plan.predicted_us / 1e3:.3f} ms{label}, lower bound {lb / 1e3:.3f} ms, "
         f"{_count(len(plan.partitions), 'partition')}, "
         f"{_count(len(pf.parallel), 'parallel group')}"
