@@ -316,3 +316,14 @@ def test_ctrl_c_while_the_command_line_starts_is_one_line():
     assert p.returncode == 130, text
     assert "Traceback" not in text
     assert text.strip().splitlines()[-1].startswith("partuner: error: interrupted")
+
+
+def test_the_best_single_unit_row_has_its_prediction_whichever_scheduler(files):
+    """Found by a new-user trial: the best-single-unit row showed predicted "-" where the
+    chosen scheduler's run had not made a single-unit plan of its own."""
+    r = _tune(files, "branchy.onnx", "two.yaml", "--scheduler", "heft", "--json")
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output[r.output.index("{") :])
+    single = next(b for b in res["baselines"] if b["what"].startswith("best single unit"))
+    assert single["predicted_ms"] is not None and single["predicted_ms"] > 0
+    assert res["schedulers"]["single"]["predicted_ms"] == single["predicted_ms"]

@@ -526,6 +526,7 @@ def tune(
     if single is None:
         try:
             single = make_plan(problem, "single")[1]["single"]
+            plans = {**plans, "single": single}  # its prediction goes beside its measurement
         except InfeasiblePlanError:  # no unit holds or runs the whole model
             single = None
     single_unit = single.partitions[0].unit if single and single.partitions else ""
