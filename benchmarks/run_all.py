@@ -84,8 +84,8 @@ SUITE = [
         "`auto` at the default 10 s on zoo models with a generated unit set each (as in "
         "anytime) and the review's held-out sets; per problem the solves, their wall time (from "
         "one solve's end to the next's, building the model included) and deterministic time, "
-        "what they were charged (`clock.charge`: 10 ms per solve, 50 us per constraint of its "
-        "model, deterministic time over 0.13 for one worker), the run's wall time and whether "
+        "what they were charged (`clock.charge`: 14 ms per solve, 70 us per constraint of its "
+        "model, deterministic time over 0.09 for one worker), the run's wall time and whether "
         "the wall-clock cap came first. Planning only.",
     ),
     (

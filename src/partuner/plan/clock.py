@@ -46,11 +46,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-WORK_PER_S = 0.4  # CP-SAT deterministic seconds per second of time_limit, parallel searches
-WORK_PER_S_ONE = 0.13  # the same for a single search (it accrues deterministic time slower)
-CALL_S = 0.01  # budget seconds each CP-SAT solve costs besides its deterministic time
-ROW_S = 5e-5  # and per constraint of its model (building it, CP-SAT's presolve)
-MOVE_S_PER_NODE = 3e-5  # budget seconds a local-search move costs, per node of the problem
+WORK_PER_S = 0.28  # CP-SAT deterministic seconds per second of time_limit, parallel searches
+WORK_PER_S_ONE = 0.09  # the same for a single search (it accrues deterministic time slower)
+CALL_S = 0.014  # budget seconds each CP-SAT solve costs besides its deterministic time
+ROW_S = 7e-5  # and per constraint of its model (building it, CP-SAT's presolve)
+MOVE_S_PER_NODE = 4.2e-5  # budget seconds a local-search move costs, per node of the problem
 
 
 class WorkClock:
@@ -146,7 +146,7 @@ def charge(det_s: float, rows: int, workers: int) -> float:
     """Budget seconds a solve is charged: :data:`CALL_S`, :data:`ROW_S` per constraint of its
     model and its deterministic time over :func:`work_rate`.
 
-    >>> round(charge(0.13, 1000, 1), 6)
-    1.06
+    >>> round(charge(0.09, 1000, 1), 6)
+    1.084
     """
     return CALL_S + ROW_S * rows + det_s / work_rate(workers)
