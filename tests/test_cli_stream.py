@@ -168,6 +168,29 @@ def test_tune_for_throughput(tmp_path, branchy_file, units_file, db):
     assert pf.stream is not None and pf.scheduler == res["scheduler"]
 
 
+def test_tune_exits_1_where_no_stream_measured_within_the_bound(
+    tmp_path, branchy_file, units_file, db, monkeypatch
+):
+    """Found by a new-user trial: `tune --max-latency-ms` exited 0 where every stream
+    measured its p99 above the bound, so a script could not tell. Now: the files are written,
+    the JSON says ``latency_bound_met: false``, exit 1. (The p99s are made to miss the bound
+    here; the bound itself is one every plan meets as predicted.)"""
+    import partuner.throughput as throughput
+
+    args = ("tune", branchy_file, "--units", units_file, "--db", db, "-o", tmp_path / "out",
+            "--objective", "throughput", "--frames", 20, "--time-limit", 1,
+            "--max-latency-ms", 1000, "--json")  # fmt: skip
+    r = _invoke(*args)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["latency_bound_met"] is True
+    monkeypatch.setattr(throughput, "_p99_sure_us", lambda run: 2e6)  # 2 s, every stream
+    r = _invoke(*args)
+    assert r.exit_code == 1, r.output
+    res = json.loads(r.output)
+    assert res["latency_bound_met"] is False and "no stream measured within" in res["note"]
+    assert (tmp_path / "out" / "plan.yaml").is_file()
+
+
 def test_a_time_or_latency_that_is_not_finite_is_refused(tmp_path, branchy_file, units_file):
     out = tmp_path / "out"
     cases = [

@@ -286,6 +286,9 @@ class StreamTuneResult:
     outdir: Any
     files: list[str]
     note: str = ""
+    # with a latency bound: whether the kept stream measured its p99 (95 % upper bound)
+    # within it (None: no bound, or nothing measured)
+    bound_met: bool | None = None
 
 
 def tune_stream(
@@ -354,7 +357,10 @@ def tune_stream(
     export_plan(graph, stream_plan_file(kept, result, graph, units), outdir)
     files = sorted(str(p.relative_to(outdir)) for p in outdir.rglob("*") if p.is_file())
     check = kept_run.check if kept_run is not None else None
-    return StreamTuneResult(kept, result, latency_plan, rows, check, outdir, files, note)
+    met = None
+    if max_latency_us is not None and _ok(kept_run):
+        met = _p99_sure_us(kept_run) <= max_latency_us  # type: ignore[arg-type]
+    return StreamTuneResult(kept, result, latency_plan, rows, check, outdir, files, note, met)
 
 
 MAX_EXTRA_MEASURED = 6  # streams measured beyond the plan and baselines to meet a latency bound

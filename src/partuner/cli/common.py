@@ -200,7 +200,7 @@ def objective_options(fn: F) -> F:
         default=None,
         metavar="MS",
         help="With --objective throughput: each frame's p99 latency at most this (plan: as "
-        "predicted, which has no jitter; tune: as measured).",
+        "predicted, which has no jitter; tune: as measured, exit 1 where no stream did).",
     )(fn)
     return click.option(
         "--objective",

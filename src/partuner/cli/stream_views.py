@@ -256,6 +256,7 @@ def tune_result(r: Any, graph: Any, units: Any, prof: Any) -> dict[str, Any]:
         "rows": rows,
         "check": None if r.check is None else r.check.to_dict(),
         "note": r.note or None,
+        "latency_bound_met": r.bound_met,
         "outdir": str(r.outdir),
         "files": r.files,
     }
