@@ -335,6 +335,28 @@ def _node_on_a_unit_without_its_op(d: Path) -> list[str]:
     return ["run", str(d / "m.onnx"), "--plan", str(d / "plan.yaml"), "--units", str(d / "u.yaml")]
 
 
+def _empty_partition(d: Path) -> list[str]:
+    _tiny(d)
+    _plan(d, partitions=[{"name": "p0", "unit": "cpu0", "nodes": ["r"]},
+                         {"name": "p1", "unit": "cpu0", "nodes": []}])  # fmt: skip
+    return ["export", str(d / "m.onnx"), "--plan", str(d / "plan.yaml"), "-o", str(d / "o")]
+
+
+def _output_is_input(d: Path) -> list[str]:
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    g = helper.make_graph([helper.make_node("Relu", ["input"], ["y"], name="r")], "t", [x], [y, x])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), d / "m.onnx")
+    return ["plan", str(d / "m.onnx"), "--time-limit", "1"]
+
+
+def _input_npz(d: Path) -> list[str]:
+    args = _input_array(np.zeros((1, 4), np.float32))(d)
+    np.savez(d / "x.npy", input=np.zeros((1, 4), np.float32))  # an archive under .npy's name
+    (d / "x.npy.npz").replace(d / "x.npy")
+    return args
+
+
 def _missing_external(d: Path) -> list[str]:
     args = _external_outside(d)
     m = onnx.load(d / "sub" / "m.onnx", load_external_data=False)
@@ -498,6 +520,9 @@ CASES: list[Case] = [
         _node_on_a_unit_without_its_op,
     ),
     Case("option value out of range", _args("plan", "m.onnx", "--time-limit", "-1")),
+    Case("plan with a partition of no nodes", _empty_partition),
+    Case("model output that is one of its inputs (no node computes it)", _output_is_input),
+    Case("`--input` file that is an `.npz` archive", _input_npz),
 ]
 
 
