@@ -281,3 +281,21 @@ def test_a_thread_count_no_unit_needs_is_refused(tmp_path, backend):
     path.write_text(f"units: {{big: {{backend: {backend}, threads: 100000}}}}\n")
     with pytest.raises(UnitsFileError, match=f"'threads' must be <= {MAX_THREADS}"):
         load_units(path)
+
+
+def test_more_threads_than_declared_cores_is_warned(tmp_path, caplog):
+    """Found by a new-user trial: `threads: 2, cores: [1]` was taken without a word; its
+    threads take turns on the one core."""
+    import logging
+
+    from partuner.units import load_units
+
+    p = tmp_path / "u.yaml"
+    p.write_text(
+        "units:\n  a: {backend: onnxruntime, threads: 2, cores: [0]}\n"
+        "  b: {backend: onnxruntime, threads: 1, cores: [0]}\n"
+    )
+    with caplog.at_level(logging.WARNING, logger="partuner"):
+        load_units(p)
+    lines = [r.getMessage() for r in caplog.records if "threads" in r.getMessage()]
+    assert len(lines) == 1 and "unit 'a' runs 2 threads on 1 core(s) [0]" in lines[0]

@@ -340,7 +340,8 @@ def _from_mapping(data: object, source: str) -> UnitSet:
 
 
 def _warn_missing_cores(units: list[Unit], source: str) -> None:
-    """Log a warning for each local unit that declares cores this machine cannot use."""
+    """Log a warning for each local unit that declares cores this machine cannot use, or more
+    threads than the cores it declares."""
     usable = _usable_cores()
     for unit in units:
         lacking = [c for c in unit.cores or () if c not in usable]
@@ -352,6 +353,17 @@ def _warn_missing_cores(units: list[Unit], source: str) -> None:
                 unit.name,
                 lacking,
                 usable,
+            )
+        threads = unit.options.get("threads")
+        if unit.cores and isinstance(threads, int) and threads > len(unit.cores):
+            log.warning(
+                "%s: unit %r runs %d threads on %d core(s) %s: its threads take turns there, "
+                "slower than one thread per core; set threads to at most the cores listed",
+                source,
+                unit.name,
+                threads,
+                len(unit.cores),
+                list(unit.cores),
             )
 
 
