@@ -341,6 +341,11 @@ def test_units_shows_the_links_profiling_measured(branchy_file, units_file, tmp_
     assert after["measured"] and after["latency_us"] == pytest.approx(measured["latency_us"])
     r = _invoke("units", "--units", units_file, "--db", db)
     assert "(measured by an earlier profiling run, as stored)" in r.output
+    (tmp_path / "bad.db").write_bytes(b"not a database")  # unreadable: defaults, as before
+    r = _invoke("units", "--units", units_file, "--db", tmp_path / "bad.db", "--json")
+    assert r.exit_code == 0, r.output
+    assert not json.loads(r.output[r.output.index("{") :])["links"][0]["measured"]
+    assert (tmp_path / "bad.db").read_bytes() == b"not a database"
 
 
 def test_plan_headline_says_how_a_heuristic_plan_is_known_optimal(branchy_file, units_file, db):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from rich.table import Table
@@ -17,7 +18,10 @@ from partuner.cli.common import (
     units_option,
 )
 from partuner.cli.stages import load_units_cli
+from partuner.errors import PartunerError
 from partuner.units import DEFAULT_LINK
+
+log = logging.getLogger(__name__)
 
 
 def _remote_sources(us: Any, db: str | None) -> dict[str, str]:
@@ -67,9 +71,13 @@ def _stored_links(us: Any, db: str | None, rows: list[dict[str, Any]]) -> dict[f
     ]
     if len(real) < 2 or not path.is_file():
         return {}
-    with ProfileStore(path) as store:
-        fps = {n: us[n].fingerprint() for n in real}
-        found = profile_links(us, real, fps, set(), {}, store)
+    try:
+        with ProfileStore(path) as store:
+            fps = {n: us[n].fingerprint() for n in real}
+            found = profile_links(us, real, fps, set(), {}, store)
+    except PartunerError as exc:  # a store that cannot be read: the links as declared
+        log.warning("the links measured before are not shown: %s", exc)
+        return {}
     return {frozenset(p): link for p, link in found.links.items() if found.sources[p] == "measured"}
 
 
