@@ -484,3 +484,22 @@ def test_cli_writes_outputs_whatever_their_names(tmp_path, two_units):
     assert sorted(got) == ["allow_pickle", "file"]
     np.testing.assert_array_equal(got["file"], np.maximum(xs, 0))
     np.testing.assert_array_equal(got["allow_pickle"], -xs)
+
+
+def test_cli_refuses_a_batch_whose_inputs_are_given_in_part(two_units, tmp_path):
+    """Found by a new-user trial: with two inputs and `--input` for one, the other was filled
+    with random data, split, run and written to `-o` without a word."""
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 4])
+    c = helper.make_tensor_value_info("c", TensorProto.FLOAT, ["N", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    g = helper.make_graph(
+        [helper.make_node("Add", ["a", "c"], ["y"], name="add")], "t", [a, c], [y]
+    )
+    onnx.save(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx"
+    )
+    np.save(tmp_path / "a.npy", np.ones((3, 4), np.float32))
+    r = _invoke("batch", tmp_path / "m.onnx", "--units", two_units, "--db", tmp_path / "p.db",
+                "--input", f"a={tmp_path / 'a.npy'}", "-o", tmp_path / "y.npz")  # fmt: skip
+    _fails_cleanly(r, "--input gives ['a'] but not ['c']")
+    assert not (tmp_path / "y.npz").exists()

@@ -107,6 +107,12 @@ def batch_cmd(
         raise BatchError(f"--output {output!r}: name a .npz file (numpy.load reads it)")
     bm = _load(model, input_shapes)
     feeds = read_inputs(inputs, bm.inputs) if inputs else {}
+    missing = [n for n in bm.inputs if feeds and n not in feeds]
+    if missing:  # the batch is the user's: never fill part of it with random data
+        raise PartunerError(
+            f"--input gives {sorted(feeds)} but not {missing}; give every input of the model "
+            f"({', '.join(bm.inputs)}) as NAME=FILE.npy, or none for a seeded random batch"
+        )
     batch = _batch_of(feeds, batch)
     if batch is None and not table:
         raise BatchError("--batch N is required (the number of items to split), e.g. --batch 32")
