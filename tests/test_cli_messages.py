@@ -249,3 +249,31 @@ def test_a_batch_of_no_items_says_so(tmp_path, model_file):
         "--input", f"input={tmp_path / 'e.npy'}",
     )  # fmt: skip
     _one_line(r, "hold no items")
+
+
+def test_a_plan_for_a_dynamic_model_runs_with_the_shapes_it_was_made_for(tmp_path):
+    """Found by a new-user trial: a plan made with --input-shape could not be run, checked or
+    exported without giving the shapes again, and the hint suggested other ones."""
+    from onnx import TensorProto, helper, save
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Neg", ["r"], ["y"], name="neg")]  # fmt: skip
+    g = helper.make_graph(nodes, "dyn", [x], [y])
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    (tmp_path / "u.yaml").write_text("units:\n  cpu: {backend: onnxruntime, threads: 1}\n")
+    common = ["--units", tmp_path / "u.yaml", "--db", tmp_path / "p.db"]
+    r = _invoke("plan", tmp_path / "m.onnx", *common, "--input-shape", "x=6x4",
+                "--time-limit", 1, "-o", tmp_path / "plan.yaml", "-q")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    r = _invoke("run", tmp_path / "m.onnx", "--plan", tmp_path / "plan.yaml", *common, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output[r.output.index("{") :])["check"]["passed"] is True
+    r = _invoke("export", tmp_path / "m.onnx", "--plan", tmp_path / "plan.yaml", "-o",
+                tmp_path / "out")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    # shapes given again override the plan's, and are checked against it as before
+    r = _invoke("run", tmp_path / "m.onnx", "--plan", tmp_path / "plan.yaml", *common,
+                "--input-shape", "x=2x4")  # fmt: skip
+    _one_line(r, "was made for input 'x' of shape [6, 4]")

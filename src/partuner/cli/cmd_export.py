@@ -14,7 +14,7 @@ from partuner.cli.common import (
     console,
     handle_errors,
     input_shape_option,
-    load_graph,
+    load_graph_and_plan,
     model_argument,
     units_option,
 )
@@ -64,12 +64,11 @@ def export_cmd(
     external_data_threshold: int | None,
 ) -> None:
     """Cut MODEL along PLAN into standalone ONNX sub-models in OUTPUT."""
-    from partuner.export import export_plan, read_plan
+    from partuner.export import export_plan
     from partuner.export.legalize import LegalizeOptions, export_legalized
     from partuner.pipeline import check_plan_model, plan_from_file
 
-    g = load_graph(model, input_shapes)
-    pf = read_plan(plan_path)
+    g, pf = load_graph_and_plan(model, input_shapes, plan_path)
     if units_file:
         plan_from_file(pf, g, load_units_cli(units_file))
     else:

@@ -29,7 +29,7 @@ from partuner.cli.common import (
     input_options,
     input_shape_option,
     json_option,
-    load_graph,
+    load_graph_and_plan,
     model_argument,
     quiet_option,
     read_inputs,
@@ -124,12 +124,11 @@ def execute(
     fallback: str | None = None,
 ) -> tuple[dict[str, Any], Ran]:
     """Run PLAN ``repeat`` times and check it; the JSON result and what was run."""
-    from partuner.export import cut, read_plan
+    from partuner.export import cut
     from partuner.pipeline import measure_session, plan_from_file, reference_outputs
     from partuner.runtime import Session, check_outputs
 
-    g = load_graph(model, input_shapes)
-    pf = read_plan(plan_path)
+    g, pf = load_graph_and_plan(model, input_shapes, plan_path)
     us = _units_for_plan(units_file, pf)
     plan_from_file(pf, g, us, fallback=fallback)
     if fallback is not None:
@@ -457,7 +456,6 @@ def _stream(
 ) -> None:
     """``run --stream N``."""
     from partuner.cli.stream_views import print_run, run_stream
-    from partuner.export import read_plan
     from partuner.pipeline import plan_from_file
 
     if fallback is not None or calibrate:
@@ -466,8 +464,7 @@ def _stream(
         )
     if given("repeat"):
         raise PartunerError("--repeat times single runs; a stream runs --stream N frames")
-    g = load_graph(model, input_shapes)
-    pf = read_plan(plan_path)
+    g, pf = load_graph_and_plan(model, input_shapes, plan_path)
     us = _units_for_plan(units_file, pf)
     plan_from_file(pf, g, us)
     units = {p.unit for p in pf.partitions}

@@ -285,6 +285,25 @@ def load_graph(model: str, input_shapes: tuple[str, ...] = ()) -> Any:
     return load_model(model, shapes)
 
 
+def load_graph_and_plan(model: str, input_shapes: tuple[str, ...], plan_path: str) -> Any:
+    """``(graph, plan file)`` for a command that runs or cuts a plan: a model with dynamic
+    inputs and no ``--input-shape`` takes the shapes the plan was made for (its
+    ``input_shapes``; checked as ``--input-shape`` values are)."""
+    from partuner.errors import InputShapeError
+    from partuner.export import read_plan
+
+    pf = read_plan(plan_path)
+    try:
+        return load_graph(model, input_shapes), pf
+    except InputShapeError:
+        if input_shapes or not pf.input_shapes:
+            raise
+    specs = tuple(
+        f"{name}={'x'.join(str(d) for d in dims)}" for name, dims in pf.input_shapes.items()
+    )
+    return load_graph(model, specs), pf
+
+
 class StageLines(logging.Filter):
     """Progress as one line per stage on stderr, e.g. ``planning ... 0.4 s``: the stage's name
     when it starts, its elapsed seconds when the next one starts or :meth:`end` is called.
