@@ -335,9 +335,9 @@ def plan_from_file(
     unknown = sorted({p.unit for p in pf.partitions} - set(units.units))
     if unknown and fallback is None:
         raise PlanFileError(
-            f"plan {pf.source} uses unit(s) {unknown} that {_units_named(units)} "
-            f"does not define (known: {list(units.units)}); pass the units file the plan was "
-            "made with (--units), or --fallback UNIT to run their partitions on another unit"
+            f"plan {pf.source} uses unit(s) {unknown} not defined in {_units_named(units)} "
+            f"(known: {list(units.units)}); pass the units file the plan was made with "
+            "(--units), or --fallback UNIT to run their partitions on another unit"
         )
     check_plan_model(pf, graph)
     for part in pf.partitions:

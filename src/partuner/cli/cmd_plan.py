@@ -16,6 +16,7 @@ from partuner.cli.common import (
     StageLines,
     check_objective,
     console,
+    count_of,
     db_option,
     emit_json,
     fuse_options,
@@ -207,8 +208,8 @@ def plan_cmd(
     console.print(
         f"plan by {by}: predicted "
         f"{plan.predicted_us / 1e3:.3f} ms{label}, lower bound {lb / 1e3:.3f} ms, "
-        f"{_count(len(plan.partitions), 'partition')}, "
-        f"{_count(len(pf.parallel), 'parallel group')}"
+        f"{count_of(len(plan.partitions), 'partition')}, "
+        f"{count_of(len(pf.parallel), 'parallel group')}"
     )
     if compare:
         t = Table(show_edge=False)
@@ -393,8 +394,3 @@ def schedulers_cmd() -> None:
     for n in scheduler_names():
         doc = (type(get_scheduler(n)).__doc__ or "").strip().splitlines()
         console.print(f"{n}: {doc[0] if doc else ''}")
-
-
-def _count(n: int, what: str) -> str:
-    """``1 partition``, ``3 partitions``."""
-    return f"{n} {what}{'' if n == 1 else 's'}"

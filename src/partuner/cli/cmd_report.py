@@ -8,7 +8,7 @@ import click
 
 from partuner.cli import main
 from partuner.cli.cmd_run import _print_fallbacks, _with_common, execute, timeline
-from partuner.cli.common import console, handle_errors
+from partuner.cli.common import console, count_of, handle_errors
 
 
 def _ms(value: float | None) -> str:
@@ -92,7 +92,7 @@ def report_cmd(
     _print_fallbacks(r)
     verdict = "passed" if r["check"]["passed"] else "FAILED"
     console.print(
-        f"wrote {output}: {r['partitions']} partitions, measured {measured}, predicted "
+        f"wrote {output}: {count_of(r['partitions'], 'partition')}, measured {measured}, predicted "
         f"{_ms(r['predicted_ms'])}, check {verdict}"
     )
     if not r["check"]["passed"]:

@@ -250,6 +250,11 @@ def fuse_options(fn: F) -> F:
     )(fn)
 
 
+def count_of(n: int, what: str) -> str:
+    """``1 partition``, ``3 partitions``."""
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
 def link_text(a: str, b: str, latency_us: float, gbps: float, how: str) -> str:
     """One link as ``partuner units`` and ``partuner profile`` print it."""
     size = "zero-copy" if math.isinf(gbps) else f"+ bytes / {gbps:.3g} GB/s"
