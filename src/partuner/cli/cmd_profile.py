@@ -137,7 +137,7 @@ def profile_cmd(
 
         us = load_units_cli(units_file)
         manifest = write_kit(g, us, kit, fuse=patterns, fuse_auto=fuse_auto, budget_s=budget)
-        _report_kit(manifest, as_json)
+        _report_kit(manifest, as_json, model, units_file)
         return
     with ProfileStore(db) as store:
         if import_nestc:
@@ -261,7 +261,7 @@ def _show(db: str | None, as_json: bool) -> None:
         console.print(t)
 
 
-def _report_kit(manifest: Path, as_json: bool) -> None:
+def _report_kit(manifest: Path, as_json: bool, model: str, units_file: str | None) -> None:
     import json
 
     data = json.loads(manifest.read_text(encoding="utf-8"))
@@ -283,9 +283,10 @@ def _report_kit(manifest: Path, as_json: bool) -> None:
     console.print(
         f"wrote the profiling kit {folder} ({what}; units {[u['name'] for u in data['units']]})"
     )
+    units = f" --units {units_file}" if units_file else ""
     console.print(
-        f"on the target: python {folder / 'run_profile.py'}; then: partuner profile MODEL "
-        f"--import {folder / 'results.json'}"
+        f"on the target: python {folder / 'run_profile.py'}; then here: partuner profile "
+        f"{model}{units} --import {folder / 'results.json'}"
     )
 
 
