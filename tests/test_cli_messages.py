@@ -277,3 +277,12 @@ def test_a_plan_for_a_dynamic_model_runs_with_the_shapes_it_was_made_for(tmp_pat
     r = _invoke("run", tmp_path / "m.onnx", "--plan", tmp_path / "plan.yaml", *common,
                 "--input-shape", "x=2x4")  # fmt: skip
     _one_line(r, "was made for input 'x' of shape [6, 4]")
+
+
+def test_profile_show_of_a_store_that_does_not_exist_creates_none(tmp_path):
+    """Found by a new-user trial: `profile --show --db NEW.db` created the file."""
+    r = _invoke("profile", "--show", "--db", tmp_path / "new.db")
+    assert r.exit_code == 0 and "no profile store at" in r.output, r.output
+    r = _invoke("profile", "--show", "--db", tmp_path / "new.db", "--json")
+    assert json.loads(r.output)["units"] == []
+    assert not (tmp_path / "new.db").exists()

@@ -236,9 +236,16 @@ def _run_profile(g: Any, us: Any, store: Any, quiet: bool, **kw: Any) -> Any:
 
 
 def _show(db: str | None, as_json: bool) -> None:
-    from partuner.profile import ProfileStore
+    from partuner.profile import ProfileStore, default_db_path
 
-    with ProfileStore(db) as store:
+    path = Path(db) if db else default_db_path()
+    if not path.exists():  # looking creates nothing
+        if as_json:
+            emit_json({"db": str(path), "units": []})
+        else:
+            console.print(f"no profile store at {path} yet: nothing profiled there")
+        return
+    with ProfileStore(path) as store:
         rows = store.summary()
         if as_json:
             emit_json({"db": str(store.path), "units": rows})
