@@ -286,3 +286,21 @@ def test_profile_show_of_a_store_that_does_not_exist_creates_none(tmp_path):
     r = _invoke("profile", "--show", "--db", tmp_path / "new.db", "--json")
     assert json.loads(r.output)["units"] == []
     assert not (tmp_path / "new.db").exists()
+
+
+def test_fallback_names_a_local_unit_when_the_plan_carries_its_own_units(tmp_path, model_file):
+    """Found by a new-user trial: a plan for a board's unit (its own units section) could not
+    be run here with --fallback cpu0: 'unknown unit', though the error before said to use it."""
+    from partuner.export.planfile import PartitionSpec, PlanFile, write_plan
+    from partuner.graph import load_model
+
+    names = tuple(n.name for n in load_model(str(model_file)).compute_nodes)
+    board = {"backend": "onnxruntime", "threads": 1, "remote": True}
+    write_plan(
+        PlanFile([PartitionSpec("p0", "board", names)], units={"board": board}),
+        tmp_path / "plan.yaml",
+    )
+    r = _invoke("run", model_file, "--plan", tmp_path / "plan.yaml", "--db", tmp_path / "p.db",
+                "--fallback", "cpu0", "--json")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output[r.output.index("{") :])["check"]["passed"] is True

@@ -40,9 +40,10 @@ from partuner.errors import PartunerError
 log = logging.getLogger(__name__)
 
 
-def _units_for_plan(units_file: str | None, pf: Any) -> Any:
+def _units_for_plan(units_file: str | None, pf: Any, fallback: str | None = None) -> Any:
     """The units of ``--units FILE``, else those of the plan's own section: a plan file is
-    untrusted, so only units on the allow-list (no command, no code loaded) are built from it."""
+    untrusted, so only units on the allow-list (no command, no code loaded) are built from it.
+    A ``fallback`` unit the section lacks comes from this machine's default units."""
     from partuner.cli.stages import load_units_cli
     from partuner.units import units_from_mapping
     from partuner.units.untrusted import check_plan_units
@@ -52,7 +53,12 @@ def _units_for_plan(units_file: str | None, pf: Any) -> Any:
         _warn_other_units(pf, units)
         return units
     check_plan_units(pf.units, pf.source)
-    return units_from_mapping({"units": pf.units}, source=f"{pf.source} (units section)")
+    specs = dict(pf.units)
+    if fallback is not None and fallback not in specs:
+        local = load_units_cli(None)
+        if fallback in local.units:
+            specs[fallback] = local[fallback].spec()
+    return units_from_mapping({"units": specs}, source=f"{pf.source} (units section)")
 
 
 def _warn_other_units(pf: Any, units: Any) -> None:
@@ -129,7 +135,7 @@ def execute(
     from partuner.runtime import Session, check_outputs
 
     g, pf = load_graph_and_plan(model, input_shapes, plan_path)
-    us = _units_for_plan(units_file, pf)
+    us = _units_for_plan(units_file, pf, fallback)
     plan_from_file(pf, g, us, fallback=fallback)
     if fallback is not None:
         ok, why = us[fallback].availability()
