@@ -215,7 +215,7 @@ class Session:
                     self._runners.append(self._prepare(units, replace(p, unit=fallback)))
                     self.fallbacks[p.name] = (p.unit, str(exc))
                     self.partitions[i] = replace(p, unit=fallback)
-                    log.warning("partition %s runs on %s: %s", p.name, fallback, exc)
+                    log.info("partition %s runs on %s: %s", p.name, fallback, exc)  # in .fallbacks
             # Outputs that only runners able to read them in place (Ray units) read stay where
             # they were computed: one transfer node to node instead of two through here.
             readers: dict[int, set[int]] = {}
