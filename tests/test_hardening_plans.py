@@ -673,3 +673,25 @@ def test_a_plan_run_on_other_units_warns_and_a_bad_input_file_is_named(
         f"partuner: error: cannot read --input {text}: it holds Python objects, which partuner "
         "never loads; save a numeric array"
     ], r.output
+
+
+def test_a_remote_unit_resolved_in_the_plan_is_not_set_otherwise(tmp_path, caplog):
+    """Found by a new-user trial: the units file the plan was made from warned "sets unit(s)
+    otherwise", the plan holding `remote: {fingerprint: FP}` where the file says `remote:
+    true`; two different fingerprints still differ."""
+    import logging
+
+    from partuner.cli.cmd_run import _warn_other_units
+    from partuner.units import units_from_mapping
+
+    base = {"backend": "onnxruntime", "threads": 1}
+    file_units = units_from_mapping({"units": {"b": {**base, "remote": True}}}, "u.yaml")
+    fp = {"fingerprint": "onnxruntime-1-x-0123456789ab"}
+    plan = PlanFile([PartitionSpec("p0", "b", ("n0",))], units={"b": {**base, "remote": fp}})
+    with caplog.at_level(logging.WARNING, logger="partuner"):
+        _warn_other_units(plan, file_units)
+        assert not [r for r in caplog.records if "otherwise" in r.getMessage()]
+        other = {"fingerprint": "onnxruntime-1-x-ba9876543210"}
+        pinned = units_from_mapping({"units": {"b": {**base, "remote": other}}}, "u.yaml")
+        _warn_other_units(plan, pinned)
+    assert [r for r in caplog.records if "otherwise" in r.getMessage()]

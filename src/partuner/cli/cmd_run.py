@@ -65,24 +65,29 @@ def _warn_other_units(pf: Any, units: Any) -> None:
     """Warn when a unit of the plan's own units section is set otherwise in ``units``: the
     plan's predictions were made for the units of its section."""
 
-    def canon(spec: dict[str, Any]) -> str:
-        return json.dumps({k: v for k, v in spec.items() if v is not None}, sort_keys=True,
-                          default=str)  # fmt: skip
+    def canon(spec: dict[str, Any], other: dict[str, Any]) -> str:
+        spec = {k: v for k, v in spec.items() if v is not None}
+        if isinstance(spec.get("remote"), dict) and other.get("remote") is True:
+            spec["remote"] = True  # the target the plan resolved for `remote: true`
+        return json.dumps(spec, sort_keys=True, default=str)
 
-    def planned(name: str, spec: dict[str, Any]) -> str:
+    def planned(name: str, spec: dict[str, Any]) -> dict[str, Any]:
         """The plan's entry as a unit built from it would write it (defaults filled in)."""
         from partuner.units import units_from_mapping
         from partuner.units.untrusted import check_plan_units
 
         try:
             check_plan_units({name: spec}, pf.source)
-            return canon(units_from_mapping({"units": {name: spec}}, pf.source)[name].spec())
+            return units_from_mapping({"units": {name: spec}}, pf.source)[name].spec()
         except PartunerError:  # not one to build from a plan file: compare as written
-            return canon(spec)
+            return dict(spec)
+
+    def same(here: dict[str, Any], there: dict[str, Any]) -> bool:
+        return canon(here, there) == canon(there, here)
 
     differ = []
     for name, spec in pf.units.items():
-        if name in units.units and canon(units[name].spec()) != planned(name, spec):
+        if name in units.units and not same(units[name].spec(), planned(name, spec)):
             here, there = units[name].backend, spec.get("backend")
             differ.append(
                 f"{name!r} ({here} here, {there} in the plan)" if here != there else repr(name)
