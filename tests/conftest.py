@@ -24,6 +24,16 @@ links:
 """
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _tests_own_default_store(tmp_path_factory):
+    """The default profile store of every command and call the tests make without --db: one of
+    their own, never the user's ($PARTUNER_DB or ~/.cache/partuner/profiles.db)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PARTUNER_DB", str(tmp_path_factory.mktemp("default-store") / "profiles.db"))
+    yield
+    mp.undo()
+
+
 @pytest.fixture(scope="session")
 def branchy():
     """The zoo's small synthetic branchy model at 32x32 (a few ms to run)."""

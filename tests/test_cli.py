@@ -316,7 +316,7 @@ def test_units_says_which_default_link_a_pair_uses(tmp_path):
         "units:\n  npu: {backend: modeled, gflops: 100, gbps: 8}\n  cpu: {backend: onnxruntime}\n"
         "  cpu2: {backend: onnxruntime}\nlinks:\n  default: {latency_us: 60, gbps: 1.5}\n"
     )
-    r = _invoke("units", "--units", p)
+    r = _invoke("units", "--units", p, "--db", tmp_path / "none.db")  # no links measured
     assert r.exit_code == 0, r.output
     assert "modeled: times are computed, not measured" in r.output
     assert "link npu-cpu: 60.0 us + bytes / 1.5 GB/s (the default link, used as is)" in r.output
