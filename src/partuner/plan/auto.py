@@ -112,9 +112,9 @@ class Auto(Scheduler):
     def schedule(self, problem: Problem, *, time_limit: float | None = None) -> Schedule:
         problem.validate()
         budget = DEFAULT_TIME_LIMIT_S if time_limit is None else max(0.0, time_limit)
-        # OR-Tools imported before the clock starts: its import (pandas with it) takes 0.3 to
-        # 0.7 s, once per process, that no budget charges; inside the wall-clock cap it left
-        # the last stage no time on a slower machine
+        # OR-Tools imported before the clock starts: its import (pandas with it), once per
+        # process, is charged by no budget; inside the wall-clock cap it left the last stage
+        # no time on a slower machine
         solvers = solver_available()
         clock = WorkClock(budget)  # deterministic work, the wall clock only a cap
         deadline = clock.now() + budget
