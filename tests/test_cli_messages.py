@@ -273,6 +273,11 @@ def test_a_plan_for_a_dynamic_model_runs_with_the_shapes_it_was_made_for(tmp_pat
     r = _invoke("export", tmp_path / "m.onnx", "--plan", tmp_path / "plan.yaml", "-o",
                 tmp_path / "out")  # fmt: skip
     assert r.exit_code == 0, r.output
+    # a plan's shapes that do not fit the model are named as the plan's, not as an option's
+    text = (tmp_path / "plan.yaml").read_text().replace("- 6\n", "- 6\n    - 5\n", 1)
+    (tmp_path / "bad.yaml").write_text(text)
+    r = _invoke("run", tmp_path / "m.onnx", "--plan", tmp_path / "bad.yaml", *common)
+    _one_line(r, "the input shapes of the plan", "do not fit")
     # shapes given again override the plan's, and are checked against it as before
     r = _invoke("run", tmp_path / "m.onnx", "--plan", tmp_path / "plan.yaml", *common,
                 "--input-shape", "x=2x4")  # fmt: skip

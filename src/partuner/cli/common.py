@@ -306,7 +306,13 @@ def load_graph_and_plan(model: str, input_shapes: tuple[str, ...], plan_path: st
     specs = tuple(
         f"{name}={'x'.join(str(d) for d in dims)}" for name, dims in pf.input_shapes.items()
     )
-    return load_graph(model, specs), pf
+    try:
+        return load_graph(model, specs), pf
+    except PartunerError as exc:  # the shapes are the plan's, not an --input-shape given
+        raise PartunerError(
+            f"the input shapes of the plan {plan_path} do not fit {model}: {exc}; give "
+            "--input-shape, or plan again for this model"
+        ) from None
 
 
 class StageLines(logging.Filter):
