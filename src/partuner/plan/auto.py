@@ -18,7 +18,7 @@ from functools import partial
 from partuner.errors import InfeasiblePlanError, PartunerError
 from partuner.plan.assemble import schedule_of_parts
 from partuner.plan.chain import SegmentPlan, segment_plan, segment_plan_whole_handoff
-from partuner.plan.clock import WorkClock
+from partuner.plan.clock import PLACE_S, WorkClock, start_charge
 from partuner.plan.common import lower_bound
 from partuner.plan.exact import (
     Exact,
@@ -135,10 +135,13 @@ class Auto(Scheduler):
                 )
         floors = Floors(problem)  # block bounds, shared with pexact
         self._floor_bound = floors.whole()
+        clock.spend(start_charge(len(problem.nodes), len(problem.units)))
         names = heuristic_names()
         for k, name in enumerate(names):
             share = max(0.0, deadline - clock.now()) / (4 * (len(names) - k))
-            self._run(problem, name, partial(get_scheduler(name).schedule, time_limit=share))
+            heuristic = get_scheduler(name)
+            self._run(problem, name, partial(heuristic.schedule, time_limit=share))
+            clock.spend(PLACE_S * getattr(heuristic, "placements", 0))
         if not self.runs:
             why = next((e for n, e in self.errors.items() if n != "single"), "")
             raise InfeasiblePlanError(

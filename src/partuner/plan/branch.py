@@ -79,8 +79,13 @@ class BranchParallel(Scheduler):
 
     name = "branch"
 
+    def __init__(self) -> None:
+        #: nodes placed by region list schedules in the last :meth:`schedule` (its work)
+        self.placements = 0
+
     def schedule(self, problem: Problem, *, time_limit: float | None = None) -> Schedule:
         problem.validate()
+        self.placements = 0
         assign = best_single_assignment(problem)
         if overflow(problem, assign) is not None:
             fitted = pack(problem, assign)
@@ -93,7 +98,8 @@ class BranchParallel(Scheduler):
             members = {n for b in g.branches for n in b}
             if members & done:
                 continue
-            choice = _best_choice(problem, g, assign)
+            choice, tried = _best_choice(problem, g, assign)
+            self.placements += tried * len(members)
             if choice is not None:
                 for branch, unit in zip(g.branches, choice, strict=True):
                     if unit is not None:
@@ -105,8 +111,11 @@ class BranchParallel(Scheduler):
 Choice = Sequence[str | None]  # per branch: its unit, or None to keep its nodes' units
 
 
-def _best_choice(problem: Problem, g: ParallelGroup, assign: dict[str, str]) -> Choice | None:
-    """The branch units that make the region fastest, or None if none beats sequential."""
+def _best_choice(
+    problem: Problem, g: ParallelGroup, assign: dict[str, str]
+) -> tuple[Choice | None, int]:
+    """The branch units that make the region fastest, or None if none beats sequential; and
+    how many choices' regions were list-scheduled."""
     options: list[list[str | None]] = []
     for branch in g.branches:
         able = [u for u in problem.units if all(math.isfinite(problem.cost[n][u]) for n in branch)]
@@ -115,17 +124,20 @@ def _best_choice(problem: Problem, g: ParallelGroup, assign: dict[str, str]) -> 
     sequential = _region_makespan(problem, g, [None] * len(g.branches), assign)
     best: Choice | None = None
     best_time = sequential
+    tried = 1
     if math.prod(len(o) for o in options) <= MAX_COMBINATIONS:
         candidates = product(*options)
     else:
         candidates = iter([_greedy(problem, g, options, assign, fits)])
+        tried += sum(map(len, options))
     for choice in candidates:
         if not fits(choice):
             continue
+        tried += 1
         t = _region_makespan(problem, g, choice, assign)
         if t < best_time - 1e-9 * max(1.0, best_time):
             best, best_time = choice, t
-    return best
+    return best, tried
 
 
 def _greedy(

@@ -35,12 +35,17 @@ from typing import Any
 
 __all__ = [
     "CALL_S",
+    "EVAL_S_PER_NODE",
     "MOVE_S_PER_NODE",
+    "PLACE_S",
     "ROW_S",
+    "START_S",
+    "START_S_PER_NODE_UNIT2",
     "WORK_PER_S",
     "WORK_PER_S_ONE",
     "WorkClock",
     "charge",
+    "start_charge",
     "work_rate",
 ]
 
@@ -50,7 +55,11 @@ WORK_PER_S = 0.28  # CP-SAT deterministic seconds per second of time_limit, para
 WORK_PER_S_ONE = 0.09  # the same for a single search (it accrues deterministic time slower)
 CALL_S = 0.014  # budget seconds each CP-SAT solve costs besides its deterministic time
 ROW_S = 7e-5  # and per constraint of its model (building it, CP-SAT's presolve)
-MOVE_S_PER_NODE = 4.2e-5  # budget seconds a local-search move costs, per node of the problem
+MOVE_S_PER_NODE = 4.2e-5  # budget seconds a move judged by name costs, per node of the problem
+EVAL_S_PER_NODE = 1.0e-5  # the same for a local-search move judged on indices (plan/evaluate.py)
+START_S = 0.02  # auto's block floors and list heuristics: a fixed part,
+START_S_PER_NODE_UNIT2 = 1.2e-4  # and per node x units squared
+PLACE_S = 1.4e-5  # per node the branch heuristic's region list schedules place
 
 
 class WorkClock:
@@ -140,6 +149,17 @@ def work_rate(workers: int) -> float:
     searches, neighbourhood searches among them, accrue deterministic time faster per second
     of wall time; ``benchmarks/clock_bench.py`` measures both)."""
     return WORK_PER_S_ONE if workers <= 1 else WORK_PER_S
+
+
+def start_charge(nodes: int, units: int) -> float:
+    """Budget seconds ``auto``'s block floors and list heuristics (but ``branch``, charged
+    :data:`PLACE_S` per placement) cost on a problem of ``nodes`` nodes and ``units`` units:
+    deterministic work the wall clock would otherwise spend unaccounted.
+
+    >>> round(start_charge(100, 3), 6)
+    0.128
+    """
+    return START_S + START_S_PER_NODE_UNIT2 * nodes * units**2
 
 
 def charge(det_s: float, rows: int, workers: int) -> float:

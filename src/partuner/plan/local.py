@@ -2,9 +2,11 @@
 
 Both search over ``(unit per node, node order)``: a candidate is list-scheduled
 (:func:`list_schedule`: each node, in the order, as early as its inputs and its unit allow),
-cut into partitions and simulated (:func:`~partuner.plan.partitions.plan_from_schedule`), and
-its predicted latency is the judge. Each candidate evaluated charges
-:data:`~partuner.plan.clock.MOVE_S_PER_NODE` per node on the planner's
+cut into partitions and simulated, and its predicted latency is the judge; both steps run on
+node indices (:class:`~partuner.plan.evaluate.Evaluator`, which predicts what
+:func:`~partuner.plan.partitions.plan_from_schedule` does), and the best candidate becomes a
+:class:`Run` the usual way at the end. Each candidate evaluated charges
+:data:`~partuner.plan.clock.EVAL_S_PER_NODE` per node on the planner's
 :class:`~partuner.plan.clock.WorkClock`, and random choices come from a fixed seed, so the same
 problem and budget give the same plan on every run.
 
@@ -26,8 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from partuner.errors import PartunerError
-from partuner.plan.clock import MOVE_S_PER_NODE, WorkClock
+from partuner.plan.clock import EVAL_S_PER_NODE, WorkClock
 from partuner.plan.common import lower_bound
+from partuner.plan.evaluate import Evaluator
 from partuner.plan.exact import schedule_order
 from partuner.plan.memory import overflow
 from partuner.plan.partitions import Plan, plan_from_schedule
@@ -75,43 +78,82 @@ def list_schedule(
     )
 
 
-def _chains(problem: Problem) -> list[list[str]]:
-    """The maximal chains of the DAG: runs of nodes each the only input of the next, which
-    in turn is its only reader (a branch of a fork-join block)."""
+def _chains(problem: Problem, ev: Evaluator) -> list[list[int]]:
+    """The maximal chains of the DAG (node indices): runs of nodes each the only input of the
+    next, which in turn is its only reader (a branch of a fork-join block)."""
+    preds, succs = ev.preds, ev.succs
     out = []
-    for n in problem.nodes:
-        preds = problem.preds(n)
-        if len(preds) == 1 and len(problem.succs(preds[0])) == 1:
+    for n in range(ev.n_nodes):
+        if len(preds[n]) == 1 and len(succs[preds[n][0]]) == 1:
             continue  # not the head of its chain
         chain = [n]
-        while (
-            len(problem.succs(chain[-1])) == 1
-            and len(problem.preds(problem.succs(chain[-1])[0])) == 1
-        ):
-            chain.append(problem.succs(chain[-1])[0])
+        while len(succs[chain[-1]]) == 1 and len(preds[succs[chain[-1]][0]]) == 1:
+            chain.append(succs[chain[-1]][0])
         out.append(chain)
     return out
 
 
-def _moves(
-    problem: Problem, plan: Plan, assignment: Mapping[str, str], chains: list[list[str]]
-) -> list[dict[str, str]]:
-    """Candidate changes: each partition, then each chain (a branch), to every other unit able
-    to run it; then each node at a partition boundary to the unit of a neighbouring partition."""
-    part_of = {n: i for i, p in enumerate(plan.partitions) for n in p.nodes}
-    out: list[dict[str, str]] = []
-    for group in [list(p.nodes) for p in plan.partitions] + chains:
-        for w in problem.units:
-            if any(assignment[n] != w for n in group) and all(
-                math.isfinite(problem.cost[n][w]) for n in group
-            ):
-                out.append(dict.fromkeys(group, w))
-    for n in problem.nodes:
-        near = {part_of[m] for m in (*problem.preds(n), *problem.succs(n))} - {part_of[n]}
-        for w in dict.fromkeys(plan.partitions[i].unit for i in sorted(near)):
-            if w != assignment[n] and math.isfinite(problem.cost[n][w]):
-                out.append({n: w})
-    return out
+class _Search:
+    """What both searches share: the evaluator, the moves' tables, the memory check, and the
+    way back from indices to a :class:`Run`."""
+
+    def __init__(self, problem: Problem, start: Run, name: str) -> None:
+        self.problem, self.start, self.name = problem, start, name
+        self.ev = ev = Evaluator(problem)
+        self.chains = _chains(problem, ev)
+        self.runnable = [
+            [k for k, c in enumerate(ev.cost[n]) if math.isfinite(c)] for n in range(ev.n_nodes)
+        ]
+        self.pred_sets = [set(p) for p in ev.preds]
+        self.limited = problem.memory_limited
+        self.step_s = EVAL_S_PER_NODE * max(1, ev.n_nodes)
+        uidx, idx = ev.unit_index, ev.node_index
+        self.assign = [uidx[start.schedule.assignment[n]] for n in problem.nodes]
+        self.order = [idx[n] for n in schedule_order(problem, start.schedule)]
+        self.parts = [(uidx[p.unit], [idx[n] for n in p.nodes]) for p in start.plan.partitions]
+        self.t0 = time.perf_counter()
+
+    def overfills(self, assign: Sequence[int]) -> bool:
+        """Whether ``assign`` puts more on a unit than its memory holds."""
+        if not self.limited:
+            return False
+        units, nodes = self.problem.units, self.problem.nodes
+        names = {n: units[u] for n, u in zip(nodes, assign, strict=True)}
+        return overflow(self.problem, names) is not None
+
+    def run(self, assign: Sequence[int], order: Sequence[int]) -> Run:
+        """The :class:`Run` of a candidate, list-scheduled and simulated by name; ``start``
+        when it is not faster after all (or cannot be cut)."""
+        p, units = self.problem, self.problem.units
+        names = {n: units[u] for n, u in zip(p.nodes, assign, strict=True)}
+        try:
+            s = list_schedule(p, names, [p.nodes[i] for i in order], self.name)
+            plan = plan_from_schedule(p, s)
+        except PartunerError:  # not expected: the evaluator agrees with these
+            return self.start
+        if plan.predicted_us >= self.start.plan.predicted_us * (1 - _REL) - 1e-12:
+            return self.start
+        return Run(s, plan, self.start.solve_s + time.perf_counter() - self.t0)
+
+
+def _moves(search: _Search, parts: list[tuple[int, list[int]]], assign: list[int]):
+    """Candidate changes ``(nodes, unit)``: each partition, then each chain (a branch), to
+    every other unit able to run it; then each node at a partition boundary to the unit of a
+    neighbouring partition."""
+    ev, runnable = search.ev, search.runnable
+    part_of = [0] * ev.n_nodes
+    for i, (_, nodes) in enumerate(parts):
+        for n in nodes:
+            part_of[n] = i
+    for group in [nodes for _, nodes in parts] + search.chains:
+        for w in range(ev.n_units):
+            if any(assign[n] != w for n in group) and all(w in runnable[n] for n in group):
+                yield group, w
+    for n in range(ev.n_nodes):
+        near = {part_of[m] for m in (*ev.preds[n], *ev.succs[n])} - {part_of[n]}
+        for w in dict.fromkeys(parts[i][0] for i in sorted(near)):
+            if w != assign[n] and w in runnable[n]:
+                yield [n], w
 
 
 def improve(
@@ -119,7 +161,7 @@ def improve(
 ) -> Run:
     """Hill-climb from ``start`` by partition simulation until no move helps or ``deadline``
     passes on ``clock`` (:mod:`partuner.plan.clock`; each move evaluated costs
-    :data:`~partuner.plan.clock.MOVE_S_PER_NODE` per node; none: no deadline); the result is
+    :data:`~partuner.plan.clock.EVAL_S_PER_NODE` per node; none: no deadline); the result is
     never worse than ``start``.
 
     Each move (a partition or a chain of nodes to another unit, or a boundary node to a
@@ -127,37 +169,36 @@ def improve(
     simulated; the first move that lowers the predicted latency is kept. Moves that would
     overfill a unit's memory are skipped.
     """
-    t0 = time.perf_counter()
     clock = WorkClock.of(clock, math.inf)
-    best = start
-    assignment = dict(start.schedule.assignment)
-    seen = {tuple(assignment[n] for n in problem.nodes)}
-    chains = _chains(problem)
-    limited = problem.memory_limited
-    node_lb, plan_lb = lower_bound(problem), lower_bound(problem, partitions=True)
+    if len(problem.units) < 2 or not problem.nodes:
+        return start
+    search = _Search(problem, start, name)
+    assign, order, parts = search.assign, search.order, search.parts
+    best = start.plan.predicted_us
+    found = False
+    seen = {tuple(assign)}
     improved = True
     while improved and not clock.expired(deadline):
         improved = False
-        order = schedule_order(problem, best.schedule)
-        for move in _moves(problem, best.plan, assignment, chains):
+        for group, w in _moves(search, parts, assign):
             if clock.expired(deadline):
                 break
-            cand = {**assignment, **move}
-            key = tuple(cand[n] for n in problem.nodes)
+            cand = list(assign)
+            for n in group:
+                cand[n] = w
+            key = tuple(cand)
             if key in seen:
                 continue
             seen.add(key)
-            if limited and overflow(problem, cand) is not None:
+            if search.overfills(cand):
                 continue
-            clock.spend(MOVE_S_PER_NODE * len(problem.nodes))
-            s = list_schedule(problem, cand, order, name, node_lb)
-            plan = plan_from_schedule(problem, s, plan_bound_us=plan_lb)
-            if plan.predicted_us < best.plan.predicted_us * (1 - _REL) - 1e-12:
-                best = Run(s, plan, start.solve_s + time.perf_counter() - t0)
-                assignment = cand
-                improved = True
+            clock.spend(search.step_s)
+            got = search.ev.judge(cand, order)
+            if got.latency < best * (1 - _REL) - 1e-12:
+                assign, order, parts, best = cand, got.order, got.parts, got.latency
+                found = improved = True
                 break
-    return best
+    return search.run(assign, order) if found else start
 
 
 def anneal(
@@ -179,91 +220,88 @@ def anneal(
     that overfill a unit's memory are skipped uncharged.
     """
     clock = WorkClock.of(clock, budget_s)
-    step_s = MOVE_S_PER_NODE * max(1, len(problem.nodes))
+    step_s = EVAL_S_PER_NODE * max(1, len(problem.nodes))
     steps = int(budget_s / step_s)
     if steps < 2 or len(problem.units) < 2 or len(problem.nodes) < 1:
         return start
-    t0 = time.perf_counter()
     deadline = clock.now() + budget_s
+    search = _Search(problem, start, name)
     rng = random.Random(seed)
-    nodes = problem.nodes
-    chains = [c for c in _chains(problem) if len(c) > 1]
-    runnable = {n: problem.runnable_units(n) for n in nodes}
-    limited = problem.memory_limited
-    assignment = dict(start.schedule.assignment)
-    order = schedule_order(problem, start.schedule)
-    current, best = start.plan, start
-    node_lb, plan_lb = lower_bound(problem), lower_bound(problem, partitions=True)
-    hot = 0.02 * max(current.predicted_us, 1e-9)
-    cold = 1e-4 * max(current.predicted_us, 1e-9)
+    chains = [c for c in search.chains if len(c) > 1]
+    assign, order, parts = search.assign, search.order, search.parts
+    current = best = start.plan.predicted_us
+    best_state: tuple[list[int], list[int]] | None = None
+    hot = 0.02 * max(current, 1e-9)
+    cold = 1e-4 * max(current, 1e-9)
     stall = max(200, steps // 4)  # steps without a new best before giving the budget back
     last_gain = 0
     for k in range(steps):
         if clock.expired(deadline) or k - last_gain > stall:
             break
         temp = hot * (cold / hot) ** (k / steps)
-        move = _random_move(problem, rng, current, assignment, order, chains, runnable)
+        move = _random_move(search, rng, parts, assign, order, chains)
         if move is None:
             continue
         cand, cand_order = move
-        if limited and overflow(problem, cand) is not None:
+        if search.overfills(cand):
             continue
         clock.spend(step_s)
-        try:
-            s = list_schedule(problem, cand, cand_order, name, node_lb)
-            plan = plan_from_schedule(problem, s, plan_bound_us=plan_lb)
-        except PartunerError:  # e.g. a partition cycle the cut could not avoid
-            continue
-        delta = plan.predicted_us - current.predicted_us
+        got = search.ev.judge(cand, cand_order)
+        delta = got.latency - current
         if delta <= 0 or rng.random() < math.exp(-delta / temp):
-            assignment, order, current = cand, cand_order, plan
-            if plan.predicted_us < best.plan.predicted_us * (1 - _REL) - 1e-12:
-                best = Run(s, plan, start.solve_s + time.perf_counter() - t0)
-                last_gain = k
-    return best
+            assign, order, parts, current = cand, cand_order, got.parts, got.latency
+            if current < best * (1 - _REL) - 1e-12:
+                best, best_state, last_gain = current, (cand, cand_order), k
+    return start if best_state is None else search.run(*best_state)
 
 
 def _random_move(
-    problem: Problem,
+    search: _Search,
     rng: random.Random,
-    plan: Plan,
-    assignment: dict[str, str],
-    order: list[str],
-    chains: list[list[str]],
-    runnable: Mapping[str, list[str]],
-) -> tuple[dict[str, str], list[str]] | None:
+    parts: list[tuple[int, list[int]]],
+    assign: list[int],
+    order: list[int],
+    chains: list[list[int]],
+) -> tuple[list[int], list[int]] | None:
     """One random neighbour of ``(assignment, order)``, or None when the draw gave none."""
+    ev, runnable = search.ev, search.runnable
+    n_nodes = ev.n_nodes
     kind = rng.random()
     if kind < 0.2:  # swap two neighbours in the order
         i = rng.randrange(len(order) - 1) if len(order) > 1 else 0
         a, b = order[i], order[i + 1] if i + 1 < len(order) else order[i]
-        if a == b or a in problem.preds(b):
+        if a == b or a in search.pred_sets[b]:
             return None
         new_order = list(order)
         new_order[i], new_order[i + 1] = b, a
-        return assignment, new_order
+        return assign, new_order
     if kind < 0.5:  # one node
-        group = [rng.choice(problem.nodes)]
+        group = [rng.randrange(n_nodes)]
     elif kind < 0.65 and chains:  # a branch
         group = rng.choice(chains)
     elif kind < 0.8:  # a partition
-        group = list(rng.choice(plan.partitions).nodes)
+        group = rng.choice(parts)[1]
     else:  # a node at a partition boundary to a neighbour's unit
-        n = rng.choice(problem.nodes)
+        n = rng.randrange(n_nodes)
         near = [
-            assignment[m]
-            for m in (*problem.preds(n), *problem.succs(n))
-            if assignment[m] != assignment[n] and assignment[m] in runnable[n]
+            assign[m]
+            for m in (*ev.preds[n], *ev.succs[n])
+            if assign[m] != assign[n] and assign[m] in runnable[n]
         ]
         if not near:
             return None
-        return {**assignment, n: rng.choice(near)}, order
+        cand = list(assign)
+        cand[n] = rng.choice(near)
+        return cand, order
     options = [
         u
-        for u in problem.units
-        if any(assignment[n] != u for n in group) and all(u in runnable[n] for n in group)
+        for u in range(ev.n_units)
+        if any(assign[n] != u for n in group) and all(u in runnable[n] for n in group)
     ]
     if not options:
         return None
     u = rng.choice(options)
-    return {**assignment, **dict.fromkeys(group, u)}, order
+    cand = list(assign)
+    for n in group:
+        cand[n] = u
+    return cand, order
