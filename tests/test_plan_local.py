@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 
 from partuner.plan import get_scheduler, plan_from_schedule
 from partuner.plan.auto import Auto
-from partuner.plan.clock import MOVE_S_PER_NODE, WorkClock
+from partuner.plan.clock import EVAL_S_PER_NODE, WorkClock
 from partuner.plan.local import Run, anneal, list_schedule
 from partuner.plan.problem import Edge, Link, Problem
 from test_plan_cases import problems
@@ -45,7 +45,7 @@ def _fork(width: int = 4) -> Problem:
 def test_annealing_finds_branch_parallelism_from_one_unit():
     p = _fork()
     start = _run(p, dict.fromkeys(p.nodes, "u0"))
-    got = anneal(p, start, 400 * MOVE_S_PER_NODE * len(p.nodes), "anneal")
+    got = anneal(p, start, 400 * EVAL_S_PER_NODE * len(p.nodes), "anneal")
     assert got.plan.predicted_us < start.plan.predicted_us * 0.8
     assert {pt.unit for pt in got.plan.partitions} == {"u0", "u1"}
 
@@ -53,7 +53,7 @@ def test_annealing_finds_branch_parallelism_from_one_unit():
 def test_annealing_is_reproducible_and_charged_as_work():
     p = _fork()
     start = _run(p, dict.fromkeys(p.nodes, "u0"))
-    budget = 200 * MOVE_S_PER_NODE * len(p.nodes)
+    budget = 200 * EVAL_S_PER_NODE * len(p.nodes)
     clock = WorkClock(60.0)
     a = anneal(p, start, budget, "anneal", clock)
     b = anneal(p, start, budget, "anneal")
@@ -74,7 +74,7 @@ def test_annealing_never_returns_worse_than_its_start(problem):
     problem.validate()
     start_s = get_scheduler("heft").schedule(problem)
     start = Run(start_s, plan_from_schedule(problem, start_s), 0.0)
-    got = anneal(problem, start, 50 * MOVE_S_PER_NODE * len(problem.nodes), "anneal")
+    got = anneal(problem, start, 50 * EVAL_S_PER_NODE * len(problem.nodes), "anneal")
     assert got.plan.predicted_us <= start.plan.predicted_us
     got.schedule.validate(problem)
 
@@ -90,3 +90,21 @@ def test_auto_reports_its_stages_with_the_best_plan_and_bound_so_far():
     assert bests == sorted(bests, reverse=True)  # the best so far never gets worse
     final = plan_from_schedule(p, s).predicted_us
     assert all(bound <= final + 1e-9 for _, _, bound in heard)
+
+
+def test_a_patient_annealing_keeps_its_budget_through_the_hot_half():
+    """Where nothing beats the start, the first stage gives its budget back after a quarter of
+    its steps without a new best; a patient one (auto's last stage) only in its second half."""
+    p = _fork()
+    slow = {n: {"u0": 10.0, "u1": 1000.0} for n in p.nodes}
+    p = Problem(p.nodes, p.units, slow, p.edges, links=p.links, name="slow u1")
+    start = _run(p, dict.fromkeys(p.nodes, "u0"))
+    budget = 4000 * EVAL_S_PER_NODE * len(p.nodes)
+    spent = {}
+    for patient in (False, True):
+        clock = WorkClock(60.0)
+        got = anneal(p, start, budget, "anneal", clock, patient=patient)
+        assert got is start
+        spent[patient] = clock.now() / budget
+    assert spent[False] < 0.3
+    assert spent[True] >= 0.5

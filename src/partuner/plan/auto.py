@@ -210,7 +210,10 @@ class Auto(Scheduler):
     def _anneal(self, problem: Problem, budget_s: float, clock: WorkClock, tag: str) -> None:
         """Anneal from the best plan so far for ``budget_s``; kept as ``<start>+anneal``."""
         name, start = min(self.runs.items(), key=lambda kv: _rank(kv[1]))
-        got = anneal(problem, start, budget_s, self.name, clock, seed=0 if tag == "early" else 1)
+        early = tag == "early"
+        got = anneal(
+            problem, start, budget_s, self.name, clock, seed=0 if early else 1, patient=not early
+        )
         if got is not start:
             self.runs[f"{name.split('+')[0]}+anneal"] = got
 

@@ -16,7 +16,9 @@ problem and budget give the same plan on every run.
   single nodes and swaps neighbours in the order, and accepts a worse candidate with
   probability ``exp(-delta / T)``, the temperature falling geometrically from 2 % to 0.01 % of
   the start's latency over its budget; it returns the best plan it saw, and gives the rest of
-  its budget back once a quarter of it (at least 200 steps) passed without a new best.
+  its budget back once a quarter of it (at least 200 steps) passed without a new best (when
+  ``patient``, counted only from half of its steps on: while the temperature is high a new
+  best is rare, and the gains come later).
 """
 
 from __future__ import annotations
@@ -209,6 +211,7 @@ def anneal(
     clock: WorkClock | None = None,
     *,
     seed: int = 0,
+    patient: bool = False,
 ) -> Run:
     """Simulated annealing from ``start`` for ``budget_s`` budget seconds on ``clock``; the
     best plan seen (never worse than ``start``).
@@ -217,7 +220,9 @@ def anneal(
     current plan to another unit able to run it; a partition-boundary node to a neighbouring
     partition's unit; or two neighbours in the order that do not depend on each other
     swapped (which decides what a unit runs first, and so where partitions are cut). Moves
-    that overfill a unit's memory are skipped uncharged.
+    that overfill a unit's memory are skipped uncharged. It stops early once a quarter of its
+    steps passed without a new best; ``patient``: only in the second half of its steps (for
+    a last stage, which has nothing to give its budget back to).
     """
     clock = WorkClock.of(clock, budget_s)
     step_s = EVAL_S_PER_NODE * max(1, len(problem.nodes))
@@ -234,9 +239,10 @@ def anneal(
     hot = 0.02 * max(current, 1e-9)
     cold = 1e-4 * max(current, 1e-9)
     stall = max(200, steps // 4)  # steps without a new best before giving the budget back
+    patience = steps // 2 if patient else 0  # steps before a stall counts
     last_gain = 0
     for k in range(steps):
-        if clock.expired(deadline) or k - last_gain > stall:
+        if clock.expired(deadline) or (k >= patience and k - max(last_gain, patience) > stall):
             break
         temp = hot * (cold / hot) ** (k / steps)
         move = _random_move(search, rng, parts, assign, order, chains)
