@@ -9,10 +9,15 @@ at the default budget; the best plan any run found ("best known") and the best b
 proved. Planning only: nothing is run, every figure is a prediction.
 
     python benchmarks/anytime_bench.py [--quick] [--configs N] [--budgets 1,10,60] [--review]
+        [--problems DIR]
 
 ``--review`` plans instead the four held-out problems of the independent review in issue 17
 (Inception-v3 and DenseNet-121 with a CPU and one modeled conv-only NPU, GoogLeNet and
 SqueezeNet with two; 200 GFLOP/s, 40 µs per call, links 60 µs + 1.5 GB/s).
+
+``--problems DIR`` writes every problem there (its costs, unit set and links), and a later run
+with the same folder plans those instead of profiling: each run profiles this CPU afresh, so
+two runs otherwise plan slightly different problems.
 
 Writes benchmarks/results/anytime.json (anytime_review.json with ``--review``) and prints a
 markdown table with the goal lines.
@@ -21,6 +26,7 @@ markdown table with the goal lines.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import sys
@@ -42,6 +48,7 @@ from partuner.plan.chain import (  # noqa: E402
     segment_plan_whole_handoff,
 )
 from partuner.plan.partitions import Partition, simulate  # noqa: E402
+from partuner.plan.problem_json import problem_from_dict, problem_to_dict  # noqa: E402
 from partuner.profile import ProfileStore, profile_model  # noqa: E402
 from partuner.units import units_from_mapping  # noqa: E402
 
@@ -257,6 +264,52 @@ def chain_lines(chains: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _problems(
+    name: str,
+    args: argparse.Namespace,
+    size: int,
+    configs: int,
+    rng: random.Random,
+    work: Path,
+    keep: Path | None,
+) -> list[tuple[Any, dict[str, Any], str]]:
+    """``name``'s problems with their unit sets: profiled here (and written to ``keep`` when
+    given), or read from ``keep`` when it holds them all (the same problems again, whatever
+    this CPU measures today: runs of two planner versions then compare planners)."""
+    n = sum(1 for m, _ in REVIEW if m == name) if args.review else configs
+    files = [keep / f"{name}@{size}_{k}.json" for k in range(n)] if keep is not None else []
+    if files and all(f.is_file() for f in files):
+        if not args.review:
+            for _ in range(n):  # the seeded draws the profiled run made for this model
+                generated_config(rng, 1.0)
+        out = []
+        for f in files:
+            data = json.loads(f.read_text())
+            out.append((problem_from_dict(data["problem"]), data["spec"], data["units"]))
+        return out
+    graph = load_model(zoo.build(name, image_size=size))
+    with ProfileStore(work / "p.db") as store:
+        base = units_from_mapping({"units": {"cpu": {"backend": "onnxruntime", "threads": 1}}})
+        gf = cpu_conv_gflops(graph, profile_model(graph, base, store=store), "cpu")
+        todo = (
+            [review_config(n) for m, n in REVIEW if m == name]
+            if args.review
+            else [generated_config(rng, gf) for _ in range(configs)]
+        )
+        out = []
+        for spec, text in todo:
+            units = units_from_mapping(spec)
+            out.append(
+                (build_problem(graph, units, profile_model(graph, units, store=store)), spec, text)
+            )
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        for f, (problem, spec, text) in zip(files, out, strict=True):
+            payload = {"units": text, "spec": spec, "problem": problem_to_dict(problem)}
+            f.write_text(json.dumps(payload))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="3 small models, 1 config, 1 and 3 s")
@@ -264,6 +317,11 @@ def main() -> None:
     ap.add_argument("--budgets", help="auto's budgets in s, comma-separated (default 1,10,60)")
     ap.add_argument("--models", help=f"comma-separated, of {', '.join(MODELS)}")
     ap.add_argument("--seed", type=int, default=17)
+    ap.add_argument(
+        "--problems",
+        help="a folder: write each problem there, or plan the ones it holds instead of "
+        "profiling (to compare two planner versions on the same problems)",
+    )
     ap.add_argument(
         "--review",
         action="store_true",
@@ -290,35 +348,27 @@ def main() -> None:
     rng = random.Random(args.seed)
     work = temp_dir("partuner-anytime-bench-")
     rows: list[dict[str, Any]] = []
+    keep = Path(args.problems) if args.problems else None
     for name in models:
-        graph = load_model(zoo.build(name, image_size=size))
-        with ProfileStore(work / "p.db") as store:
-            base = units_from_mapping({"units": {"cpu": {"backend": "onnxruntime", "threads": 1}}})
-            gf = cpu_conv_gflops(graph, profile_model(graph, base, store=store), "cpu")
-            todo = (
-                [review_config(n) for m, n in REVIEW if m == name]
-                if args.review
-                else [generated_config(rng, gf) for _ in range(configs)]
+        for k, (problem, spec, text) in enumerate(
+            _problems(name, args, size, configs, rng, work, keep)
+        ):
+            t0 = time.perf_counter()
+            res = run_problem(problem, budgets, default)
+            rows.append(
+                {
+                    "model": name,
+                    "config": k,
+                    "units": text,
+                    "spec": spec,
+                    "nodes": len(problem.nodes),
+                    "chain_shaped": chain_order(problem) is not None,
+                    **res,
+                    "wall_s": time.perf_counter() - t0,
+                }
             )
-            for k, (spec, text) in enumerate(todo):
-                units = units_from_mapping(spec)
-                problem = build_problem(graph, units, profile_model(graph, units, store=store))
-                t0 = time.perf_counter()
-                res = run_problem(problem, budgets, default)
-                rows.append(
-                    {
-                        "model": name,
-                        "config": k,
-                        "units": text,
-                        "spec": spec,
-                        "nodes": len(problem.nodes),
-                        "chain_shaped": chain_order(problem) is not None,
-                        **res,
-                        "wall_s": time.perf_counter() - t0,
-                    }
-                )
-                print(f"done {name} #{k} ({text}) in {rows[-1]['wall_s']:.0f} s", file=sys.stderr)
-                write_result(result_name, {"machine": machine(), "rows": rows})
+            print(f"done {name} #{k} ({text}) in {rows[-1]['wall_s']:.0f} s", file=sys.stderr)
+            write_result(result_name, {"machine": machine(), "rows": rows})
     lines = goals(rows, default)
     path = write_result(
         result_name,
