@@ -68,6 +68,10 @@ DEFAULT_REGION_NODES = 16
 _POLISH_SHARE = 0.3  # of a region's time in the last stage, for its placement alone
 _LAST_SHARE = 0.2  # of the time, kept for the last stage
 _PROVEN_US = 1e-3  # a span within this of its bound is proven (bounds lose float noise)
+#: budget seconds below which a proof's solve is not worth starting: each solve is charged
+#: CALL_S and its model's rows besides its search, and on Inception-v3 with several NPUs
+#: dozens of solves given slivers of time found nothing (the debug log lists each solve)
+_MIN_SOLVE_S = 0.1
 
 
 @dataclass
@@ -336,7 +340,10 @@ def solve_plan(
                 if wanted_job(job):
                     rest = [gap(j) for j in todo[i:] if wanted_job(j)]
                     share = 1.0 / len(rest) if math.isinf(sum(rest)) else gap(job) / sum(rest)
-                    sol = solve(*job, left * share)
+                    if left < _MIN_SOLVE_S:
+                        return  # too little left for a solve to find anything
+                    # the widest gaps get a useful solve; those after them what is left
+                    sol = solve(*job, max(left * share, _MIN_SOLVE_S))
                     if sol is not None:
                         if is_free(job):
                             free[job[0]] = sol
