@@ -91,6 +91,36 @@ def test_bytes_count_on_the_links() -> None:
     assert math.isclose(floor_bound(p), optimum(p), rel_tol=1e-6)
 
 
+def test_a_unit_slow_to_call_pays_for_the_branches_it_hands_off() -> None:
+    # a -> (b, c, d) -> j -> t; a, j and t run on the cpu only, a call there costs 30 µs.
+    # Handing b (40 µs on the cpu, 30 on the npu) to the npu with c and d left beside it
+    # needs two more cpu partitions (one beside the npu's, one to take its result back):
+    # the best plan keeps everything on the cpu. Counting one call per resumed partition
+    # only (paths and loads alone) would allow 100 µs.
+    inf = math.inf
+    cost = {
+        "a": {"cpu": 10.0, "npu": inf},
+        "b": {"cpu": 40.0, "npu": 30.0},
+        "c": {"cpu": 10.0, "npu": 10.0},
+        "d": {"cpu": 5.0, "npu": 10.0},
+        "j": {"cpu": 10.0, "npu": inf},
+        "t": {"cpu": 10.0, "npu": inf},
+    }
+    pairs = [("a", "b"), ("a", "c"), ("a", "d"), ("b", "j"), ("c", "j"), ("d", "j"), ("j", "t")]
+    p = Problem(
+        list("abcdjt"),
+        ["cpu", "npu"],
+        cost,
+        [Edge(s, t, 0, (f"{s}:out",)) for s, t in pairs],
+        default_link=Link(0.0, 16.0),
+        call_overhead_us={"cpu": 30.0, "npu": 0.0},
+    )
+    assert optimum(p) == 115.0  # 30 + the six nodes on the cpu
+    assert math.isclose(floor_bound(p), 115.0, rel_tol=1e-6)
+    block = Region("a", ("b", "c", "d", "j"), "j")
+    assert math.isclose(block_floor(p, block, "cpu", "cpu"), 65.0, rel_tol=1e-6)
+
+
 def test_a_block_nobody_can_end_on_a_unit_is_infinite() -> None:
     p = fork_join(1.0)
     p2 = Problem(

@@ -21,7 +21,17 @@ bound is the least ``T`` meeting two necessary conditions:
 
 Both conditions only grow easier with ``T``, and for ``T`` between two consecutive path values
 the units each node reaches are fixed, so the least ``T`` is found by bisection over the sorted
-path values. Fused groups are counted at their full saving on every member; memory limits are
+path values.
+
+Where a block enters and leaves on one unit (*home*), a plan either runs it all there (its
+costs in a row) or hands some node elsewhere; then home takes a result back in a partition of
+its own, and works beside the other units only in yet another one (the partition that takes the
+result back waits for it; the one the others wait for ends before they start). So either home's
+time and the others' add up, or home starts two partitions inside the block (two call overheads,
+and the bytes of the smallest edges it can write out and read back): the bound is the least of
+the three cases, and never below the paths-and-loads bound. Conv-only NPUs beside a CPU whose
+calls are dear are where this counts: without it, a handed-off convolution looked free to the
+CPU. Fused groups are counted at their full saving on every member; memory limits are
 ignored (a relaxation: both keep the bound valid). These bounds are weak where branches really
 run in parallel and strong where links are slow or units few, where the solvers' relaxations
 are weak too (a transfer in a CP-SAT model is an optional delay its LP can ignore).
@@ -191,9 +201,9 @@ def block_floor(
     masks = [(sum(bit[u] for u in su), hardware) for su, hardware in sets]
     single = {bit[u]: u for u in units}
 
-    def needed(t: float) -> float:
+    def needed(t: float, extra: float = 0.0) -> float:
         """The least span the loads allow when each node may use the units it reaches by
-        ``t``."""
+        ``t``, ``extra`` µs more falling on ``entry_unit``."""
         tol = t * _REL + 1e-9
         reach: list[tuple[int, float]] = []  # per node: the units it reaches, its least need
         for v in nodes:
@@ -209,18 +219,52 @@ def block_floor(
             u1 = single.get(s_mask)
             if load > 0 and u1 is not None and u1 != entry_unit:
                 load += over.get(u1, 0.0) * width[u1]
+            if entry_unit is not None and s_mask & bit[entry_unit]:
+                load += extra * width[entry_unit]
             need = max(need, load / hardware)
         return need
 
-    # the first path value t_i whose loads fit below the next one: the answer is in [t_i, t_i+1)
-    lo, hi = 0, len(values) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if needed(values[mid]) < values[mid + 1]:
-            hi = mid
-        else:
-            lo = mid + 1
-    return needed(values[lo]) * (1 - _REL)
+    def least(extra: float) -> float:
+        # the first path value t_i whose loads fit below the next one: in [t_i, t_i+1)
+        lo, hi = 0, len(values) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if needed(values[mid], extra) < values[mid + 1]:
+                hi = mid
+            else:
+                lo = mid + 1
+        return needed(values[lo], extra)
+
+    if entry_unit is None or entry_unit != exit_unit or not nodes:
+        return least(0.0) * (1 - _REL)
+    # Entering and leaving on one unit, ``home``: the block runs there whole (its costs there
+    # in a row), or a node runs elsewhere. Then, inside the block's span, home writes out what
+    # leaves it (at the end of a partition holding the entering node or a later one) and takes
+    # a result back in a new partition C (the entering node's partition cannot wait for it).
+    # Either no partition of home overlaps the other units' work (then home's time and theirs
+    # add up), or one does: it is neither C nor a partition the other units wait for, so home
+    # starts two new partitions in the span.
+    home = entry_unit
+    alone = math.fsum(cost[v][home] for v in nodes)
+    others = len(units) - 1
+    apart = math.fsum(
+        min([cost[v][home], *(cost[v][u] / others for u in units if u != home)]) for v in nodes
+    )
+    elsewhere = {v for v in nodes if any(math.isfinite(cost[v][u]) for u in units if u != home)}
+    on_home = {v for v in nodes if math.isfinite(cost[v][home])} | {block.entry}
+    leave = [problem.pair_nbytes(p, v) for v in elsewhere for p in problem.preds(v) if p in on_home]
+    back = [
+        problem.pair_nbytes(p, v)
+        for v in on_home - {block.entry}
+        for p in problem.preds(v)
+        if p in elsewhere
+    ]
+    moved = problem.boundary_us_per_byte.get(home, 0.0) * min(
+        back, default=0.0
+    ) + problem.boundary_out_us_per_byte.get(home, 0.0) * min(leave, default=0.0)
+    call = over.get(home, 0.0)
+    paths = least(0.0)  # holds in every case
+    return max(paths, min(alone, apart + call + moved, least(2 * call + moved))) * (1 - _REL)
 
 
 class Floors:
