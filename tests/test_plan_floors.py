@@ -121,6 +121,27 @@ def test_a_unit_slow_to_call_pays_for_the_branches_it_hands_off() -> None:
     assert math.isclose(block_floor(p, block, "cpu", "cpu"), 65.0, rel_tol=1e-6)
 
 
+def test_units_that_take_turns_with_home_do_not_share_its_work() -> None:
+    # a -> (b, c) -> j -> t on twin npus and a cpu three times slower, 5 µs a call, 10 µs
+    # links. Handing b to the twin without working beside it only adds the hand-off; working
+    # beside it costs two more calls and the crossings on b's path: all on one npu is best.
+    # Spreading the handed-off work over both other units as if they ran it beside home
+    # would allow 75 µs.
+    cost = {n: {"npu0": 10.0, "npu1": 10.0, "cpu": 30.0} for n in "acjt"}
+    cost["b"] = {"npu0": 40.0, "npu1": 40.0, "cpu": 120.0}
+    pairs = [("a", "b"), ("a", "c"), ("b", "j"), ("c", "j"), ("j", "t")]
+    p = Problem(
+        list("abcjt"),
+        ["npu0", "npu1", "cpu"],
+        cost,
+        [Edge(s, t, 0, (f"{s}:out",)) for s, t in pairs],
+        default_link=Link(10.0, 16.0),
+        call_overhead_us=dict.fromkeys(("npu0", "npu1", "cpu"), 5.0),
+    )
+    assert optimum(p) == 85.0  # 5 + the five nodes on one npu
+    assert math.isclose(floor_bound(p), 85.0, rel_tol=1e-6)
+
+
 def test_a_block_nobody_can_end_on_a_unit_is_infinite() -> None:
     p = fork_join(1.0)
     p2 = Problem(

@@ -201,41 +201,49 @@ def block_floor(
     masks = [(sum(bit[u] for u in su), hardware) for su, hardware in sets]
     single = {bit[u]: u for u in units}
 
-    def needed(t: float, extra: float = 0.0) -> float:
+    home_bit = bit[entry_unit] if entry_unit is not None else 0
+    others = len(units) - 1
+
+    def needed(t: float, extra: float = 0.0, apart: bool = False) -> float:
         """The least span the loads allow when each node may use the units it reaches by
-        ``t``, ``extra`` µs more falling on ``entry_unit``."""
+        ``t``, ``extra`` µs more falling on ``entry_unit``; with ``apart``, also when that
+        unit's time and the other units' add up (their share spread over them)."""
         tol = t * _REL + 1e-9
         reach: list[tuple[int, float]] = []  # per node: the units it reaches, its least need
+        serial = extra
         for v in nodes:
-            row, mask, least = through[v], 0, inf
+            row, mask, low, alone = through[v], 0, inf, inf
             for u in units:
                 if row[u] <= t + tol:
                     mask |= bit[u]
-                    least = min(least, cost[v][u] * width[u])
-            reach.append((mask, least))
-        need = t
+                    low = min(low, cost[v][u] * width[u])
+                    if apart:
+                        alone = min(alone, cost[v][u] if u == entry_unit else cost[v][u] / others)
+            reach.append((mask, low))
+            serial += alone if apart else 0.0
+        need = max(t, serial) if apart else t
         for s_mask, hardware in masks:
-            load = math.fsum(least for mask, least in reach if mask & ~s_mask == 0)
+            load = math.fsum(low for mask, low in reach if mask & ~s_mask == 0)
             u1 = single.get(s_mask)
             if load > 0 and u1 is not None and u1 != entry_unit:
                 load += over.get(u1, 0.0) * width[u1]
-            if entry_unit is not None and s_mask & bit[entry_unit]:
-                load += extra * width[entry_unit]
+            if s_mask & home_bit:
+                load += extra * width[entry_unit]  # type: ignore[index]
             need = max(need, load / hardware)
         return need
 
-    def least(extra: float) -> float:
+    def least(extra: float, apart: bool = False) -> float:
         # the first path value t_i whose loads fit below the next one: in [t_i, t_i+1)
         lo, hi = 0, len(values) - 1
         while lo < hi:
             mid = (lo + hi) // 2
-            if needed(values[mid], extra) < values[mid + 1]:
+            if needed(values[mid], extra, apart) < values[mid + 1]:
                 hi = mid
             else:
                 lo = mid + 1
-        return needed(values[lo], extra)
+        return needed(values[lo], extra, apart)
 
-    if entry_unit is None or entry_unit != exit_unit or not nodes:
+    if entry_unit is None or entry_unit != exit_unit or not others:
         return least(0.0) * (1 - _REL)
     # Entering and leaving on one unit, ``home``: the block runs there whole (its costs there
     # in a row), or a node runs elsewhere. Then, inside the block's span, home writes out what
@@ -246,10 +254,6 @@ def block_floor(
     # starts two new partitions in the span.
     home = entry_unit
     alone = math.fsum(cost[v][home] for v in nodes)
-    others = len(units) - 1
-    apart = math.fsum(
-        min([cost[v][home], *(cost[v][u] / others for u in units if u != home)]) for v in nodes
-    )
     elsewhere = {v for v in nodes if any(math.isfinite(cost[v][u]) for u in units if u != home)}
     on_home = {v for v in nodes if math.isfinite(cost[v][home])} | {block.entry}
     leave = [problem.pair_nbytes(p, v) for v in elsewhere for p in problem.preds(v) if p in on_home]
@@ -264,7 +268,9 @@ def block_floor(
     ) + problem.boundary_out_us_per_byte.get(home, 0.0) * min(leave, default=0.0)
     call = over.get(home, 0.0)
     paths = least(0.0)  # holds in every case
-    return max(paths, min(alone, apart + call + moved, least(2 * call + moved))) * (1 - _REL)
+    return max(paths, min(alone, least(call + moved, apart=True), least(2 * call + moved))) * (
+        1 - _REL
+    )
 
 
 class Floors:
