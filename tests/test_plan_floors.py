@@ -142,6 +142,36 @@ def test_units_that_take_turns_with_home_do_not_share_its_work() -> None:
     assert math.isclose(floor_bound(p), 85.0, rel_tol=1e-6)
 
 
+def test_a_handed_off_node_pays_the_read_back_of_its_output() -> None:
+    # a -> (b -> rb, d, c) -> j -> t, all on the cpu but b and d. b is 4x faster on the npu,
+    # but rb (cpu only) must read b's 20 kB output back at 2 ns a byte (40 µs) in a partition
+    # of its own: all on the cpu is best. Charging only the smallest edge's read (d's 100 B)
+    # would allow 85 µs.
+    inf = math.inf
+    cost = {
+        "a": {"cpu": 10.0, "npu": inf},
+        "b": {"cpu": 40.0, "npu": 10.0},
+        "rb": {"cpu": 5.0, "npu": inf},
+        "d": {"cpu": 1.0, "npu": 1.0},
+        "c": {"cpu": 40.0, "npu": inf},
+        "j": {"cpu": 10.0, "npu": inf},
+        "t": {"cpu": 5.0, "npu": inf},
+    }
+    pairs = [("a", "b"), ("b", "rb"), ("a", "d"), ("a", "c"), ("rb", "j"), ("d", "j")]
+    pairs += [("c", "j"), ("j", "t")]
+    p = Problem(
+        list(cost),
+        ["cpu", "npu"],
+        cost,
+        [Edge(s, t, 20_000 if s == "b" else 100, (f"{s}:out",)) for s, t in pairs],
+        default_link=Link(0.0, 16.0),
+        call_overhead_us={"cpu": 2.0, "npu": 0.0},
+        boundary_us_per_byte={"cpu": 2e-3},
+    )
+    assert optimum(p) == 113.0  # 2 + the seven nodes on the cpu
+    assert math.isclose(floor_bound(p), 113.0, rel_tol=1e-6)
+
+
 def test_a_block_nobody_can_end_on_a_unit_is_infinite() -> None:
     p = fork_join(1.0)
     p2 = Problem(

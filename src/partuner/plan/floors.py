@@ -27,11 +27,15 @@ Where a block enters and leaves on one unit (*home*), a plan either runs it all 
 costs in a row) or hands some node elsewhere; then home takes a result back in a partition of
 its own, and works beside the other units only in yet another one (the partition that takes the
 result back waits for it; the one the others wait for ends before they start). So either home's
-time and the others' add up, or home starts two partitions inside the block (two call overheads,
-and the bytes of the smallest edges it can write out and read back): the bound is the least of
-the three cases, and never below the paths-and-loads bound. Conv-only NPUs beside a CPU whose
-calls are dear are where this counts: without it, a handed-off convolution looked free to the
-CPU. Fused groups are counted at their full saving on every member; memory limits are
+time and the others' add up (only nodes that reach another unit in time may leave), or home
+starts two partitions inside the block (two call overheads, and the bytes of the smallest edges
+it can write out and read back): the bound is the least of the three cases, and never below the
+paths-and-loads bound. In these two cases a node placed off a unit that alone can run one of
+its neighbours also charges that unit's boundary cost for the neighbour (its read of the node's
+output; the write-out of a predecessor whose one reader the node is): these are the node's own
+values, so no two nodes' charges count one value; each case takes the larger of this and the
+smallest-edges charge, never both. Conv-only NPUs beside a CPU whose calls and boundaries are
+dear are where this counts: without it, a handed-off convolution looked free to the CPU. Fused groups are counted at their full saving on every member; memory limits are
 ignored (a relaxation: both keep the bound valid). These bounds are weak where branches really
 run in parallel and strong where links are slow or units few, where the solvers' relaxations
 are weak too (a transfer in a CP-SAT model is an optional delay its LP can ignore).
@@ -203,27 +207,48 @@ def block_floor(
 
     home_bit = bit[entry_unit] if entry_unit is not None else 0
     others = len(units) - 1
+    side: dict[str, dict[str, float]] = {}  # filled below where a case uses it
 
-    def needed(t: float, extra: float = 0.0, apart: bool = False) -> float:
+    def needed(t: float, extra: float = 0.0, apart: bool = False, sides: bool = False) -> float:
         """The least span the loads allow when each node may use the units it reaches by
         ``t``, ``extra`` µs more falling on ``entry_unit``; with ``apart``, also when that
-        unit's time and the other units' add up (their share spread over them)."""
+        unit's time and the other units' add up (their share spread over them); with
+        ``sides``, each node off a unit that must run its neighbour adds that unit's boundary
+        cost for them."""
         tol = t * _REL + 1e-9
-        reach: list[tuple[int, float]] = []  # per node: the units it reaches, its least need
+        reach: list[tuple[int, list[str]]] = []  # per node: the units it reaches
         serial = extra
         for v in nodes:
-            row, mask, low, alone = through[v], 0, inf, inf
-            for u in units:
-                if row[u] <= t + tol:
-                    mask |= bit[u]
-                    low = min(low, cost[v][u] * width[u])
-                    if apart:
-                        alone = min(alone, cost[v][u] if u == entry_unit else cost[v][u] / others)
-            reach.append((mask, low))
-            serial += alone if apart else 0.0
+            row = through[v]
+            got = [u for u in units if row[u] <= t + tol]
+            reach.append((sum(bit[u] for u in got), got))
+            if apart:
+                home_side = side[v].get(entry_unit, 0.0) if sides else 0.0  # type: ignore[arg-type]
+                serial += min(
+                    (
+                        cost[v][u] if u == entry_unit else cost[v][u] / others + home_side
+                        for u in got
+                    ),
+                    default=inf,
+                )
         need = max(t, serial) if apart else t
         for s_mask, hardware in masks:
-            load = math.fsum(low for mask, low in reach if mask & ~s_mask == 0)
+            load = 0.0
+            for v, (mask, got) in zip(nodes, reach, strict=True):
+                if not sides or not side[v]:
+                    if mask & ~s_mask == 0:
+                        load += min((cost[v][u] * width[u] for u in got), default=inf)
+                    continue
+                load += min(
+                    (
+                        (cost[v][u] * width[u] if bit[u] & s_mask else 0.0)
+                        + sum(
+                            c * width[w] for w, c in side[v].items() if w != u and bit[w] & s_mask
+                        )
+                        for u in got
+                    ),
+                    default=inf,
+                )
             u1 = single.get(s_mask)
             if load > 0 and u1 is not None and u1 != entry_unit:
                 load += over.get(u1, 0.0) * width[u1]
@@ -232,16 +257,16 @@ def block_floor(
             need = max(need, load / hardware)
         return need
 
-    def least(extra: float, apart: bool = False) -> float:
+    def least(extra: float, apart: bool = False, sides: bool = False) -> float:
         # the first path value t_i whose loads fit below the next one: in [t_i, t_i+1)
         lo, hi = 0, len(values) - 1
         while lo < hi:
             mid = (lo + hi) // 2
-            if needed(values[mid], extra, apart) < values[mid + 1]:
+            if needed(values[mid], extra, apart, sides) < values[mid + 1]:
                 hi = mid
             else:
                 lo = mid + 1
-        return needed(values[lo], extra, apart)
+        return needed(values[lo], extra, apart, sides)
 
     if entry_unit is None or entry_unit != exit_unit or not others:
         return least(0.0) * (1 - _REL)
@@ -268,9 +293,62 @@ def block_floor(
     ) + problem.boundary_out_us_per_byte.get(home, 0.0) * min(leave, default=0.0)
     call = over.get(home, 0.0)
     paths = least(0.0)  # holds in every case
-    return max(paths, min(alone, least(call + moved, apart=True), least(2 * call + moved))) * (
-        1 - _REL
-    )
+    if paths >= alone:
+        return paths * (1 - _REL)
+    side.update(_forced_boundaries(problem, nodes, inside, block.entry, entry_unit))
+    charged = any(side.values())
+
+    def case(extra: float, apart: bool) -> float:
+        # the smallest edges' boundary costs may be the very ones a node's own charge
+        # counts: take the larger of the two bounds, never both charges
+        got = least(extra + moved, apart=apart)
+        if charged and got < alone:
+            got = max(got, least(extra, apart=apart, sides=True))
+        return got
+
+    beside = case(2 * call, apart=False)
+    apart = case(call, apart=True) if beside > paths else paths
+    return max(paths, min(alone, apart, beside)) * (1 - _REL)
+
+
+def _forced_boundaries(
+    problem: Problem,
+    nodes: Sequence[str],
+    inside: set[str],
+    entry: str | None,
+    entry_unit: str | None,
+) -> dict[str, dict[str, float]]:
+    """Per node ``v`` of a block, per unit ``w`` that must run a neighbour of ``v``: the
+    boundary cost ``w`` pays whenever ``v`` runs elsewhere. ``w`` then reads ``v``'s output
+    (its largest read by a successor only ``w`` runs; ``v``'s own values, so no other node's
+    charge counts them), and writes out the output of a predecessor only ``w`` runs (the
+    entering node counts as run by ``entry_unit``) whose one reader is ``v``. Both fall
+    inside the block's span: the reader and ``v`` are in the block, the writer ends after
+    the entering node does."""
+
+    def only(n: str) -> str | None:
+        if n == entry:
+            return entry_unit
+        runs = problem.runnable_units(n)
+        return runs[0] if len(runs) == 1 else None
+
+    out: dict[str, dict[str, float]] = {}
+    for v in nodes:
+        row: dict[str, float] = {}
+        reads: dict[str, float] = {}
+        for s in problem.succs(v):
+            w = only(s) if s in inside else None
+            if w is not None:
+                reads[w] = max(reads.get(w, 0.0), problem.pair_nbytes(v, s))
+        for w, nb in reads.items():
+            row[w] = row.get(w, 0.0) + nb * problem.boundary_us_per_byte.get(w, 0.0)
+        for p in problem.preds(v):
+            w = only(p) if p in inside or p == entry else None
+            if w is not None and problem.succs(p) == [v]:
+                rate = problem.boundary_out_us_per_byte.get(w, 0.0)
+                row[w] = row.get(w, 0.0) + problem.pair_nbytes(p, v) * rate
+        out[v] = {w: c for w, c in row.items() if c > 0}
+    return out
 
 
 class Floors:
