@@ -35,8 +35,10 @@ its neighbours also charges that unit's boundary cost for the neighbour (its rea
 output; the write-out of a predecessor whose one reader the node is): these are the node's own
 values, so no two nodes' charges count one value; each case takes the larger of this and the
 smallest-edges charge, never both. Conv-only NPUs beside a CPU whose calls and boundaries are
-dear are where this counts: without it, a handed-off convolution looked free to the CPU. Fused groups are counted at their full saving on every member; memory limits are
-ignored (a relaxation: both keep the bound valid). These bounds are weak where branches really
+dear are where this counts: without it, a handed-off convolution looked free to the CPU.
+
+Fused groups are counted at their full saving on every member; memory limits are ignored (a
+relaxation: both keep the bound valid). These bounds are weak where branches really
 run in parallel and strong where links are slow or units few, where the solvers' relaxations
 are weak too (a transfer in a CP-SAT model is an optional delay its LP can ignore).
 """
