@@ -342,6 +342,28 @@ def test_read_only_store_via_cli(open_dir):
     assert str(db) in line and "read-only" in line
 
 
+READ_OLD = """
+import sys
+from partuner.profile import ProfileStore
+with ProfileStore(sys.argv[1]) as s:
+    m = s.get("fp", "sig0007")
+    print(s.read_only, m.median_us, m.load)
+"""
+
+
+def test_a_read_only_store_from_before_loads_were_kept_reads(open_dir):
+    """A store written before the ``conditions`` table existed, opened where it cannot be
+    written (so the table cannot be added): rows read, their load unknown."""
+    db = open_dir / "p.db"
+    _filled(db)
+    with sqlite3.connect(db) as c:
+        c.execute("DROP TABLE conditions")
+    db.chmod(0o444)
+    proc = _as_user([sys.executable, "-c", READ_OLD, str(db)])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "7.0", "None"]
+
+
 @pytest.mark.parametrize(
     "update",
     [

@@ -367,6 +367,9 @@ def _render(
                 "skipped_units": prof.skipped_units,
                 "unsupported": [list(x) for x in prof.unsupported],
                 "failed": [list(x) for x in prof.failed],
+                "busy": [
+                    {"unit": u, "what": w, "other_load": share} for u, w, share in prof.busy
+                ],
                 "nestc_files": files,
                 **(extra or {}),
             }

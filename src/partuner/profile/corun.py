@@ -44,11 +44,13 @@ import statistics
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from partuner.export.cut import cut_nodes
 from partuner.graph import ModelGraph
+from partuner.profile.load import LoadMeter, is_busy
 from partuner.profile.measure import failure, random_feeds
 from partuner.profile.regions import supported_regions
 from partuner.profile.store import OK, Measurement, ProfileStore
@@ -108,10 +110,12 @@ def measure_corun(
 ) -> dict[str, float]:
     """Each unit's co-run factor (module docstring); ``units`` are the participants (at least
     two, each working here). Factors stored for this model and these participants are reused,
-    unless ``again``. A unit whose timing failed has none (a warning says so; the next run
-    times it again). Factors of :data:`BUSY_FACTOR` or more are warned of: more than units
-    sharing caches cost each other, most likely other work on the machine while they were
-    timed."""
+    unless ``again`` or they were timed while other work took more than
+    :data:`~partuner.profile.load.BUSY_SHARE` of the machine's cores (then timed again, and
+    replaced unless the machine is no quieter now). A unit whose timing failed has none (a
+    warning says so; the next run times it again). Factors of :data:`BUSY_FACTOR` or more
+    are warned of: more than units sharing caches cost each other, most likely other work on
+    the machine while they were timed."""
     names = list(units)
     if len(names) < 2:
         return {}
@@ -124,11 +128,19 @@ def measure_corun(
         twin = sum(role[m] == role[n] for m in key)
         key[n] = f"{CORUN_SIG}#{digest}#{every}#{own}.{twin}"
     rows = {n: store.get(fingerprints[n], key[n]) if store is not None else None for n in names}
-    if again or not all(r is not None and r.status == OK for r in rows.values()):
-        rows = _measure(graph, units, budget_s)
-        if store is not None:
-            for n, m in rows.items():
-                store.put(fingerprints[n], key[n], m, description=str(units[n].describe()))
+    stored = all(r is not None and r.status == OK for r in rows.values())
+    was = max((r.load for r in rows.values() if r is not None and r.load is not None), default=0)
+    if again or not stored or is_busy(was):  # a factor timed on a busy machine: timed again
+        meter = LoadMeter()
+        start = meter.read()
+        new = _measure(graph, units, budget_s)
+        load = meter.share(start)
+        worse = any(m.status != OK for m in new.values()) or (is_busy(load) and load >= was)
+        if again or not stored or not worse:
+            rows = {n: replace(m, load=load) for n, m in new.items()}
+            if store is not None:
+                for n, m in rows.items():
+                    store.put(fingerprints[n], key[n], m, description=str(units[n].describe()))
     out: dict[str, float] = {}
     for n, m in rows.items():
         if m is not None and m.status == OK:

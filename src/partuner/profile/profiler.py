@@ -52,6 +52,7 @@ from partuner.profile.groups import (
     group_signature,
 )
 from partuner.profile.layers import LayerMap, layer_row, map_layers, read_layers
+from partuner.profile.load import LoadMeter, is_busy, time_again, warn_busy
 from partuner.profile.measure import overhead_model, random_feeds, time_model
 from partuner.profile.outputs import measure_outputs
 from partuner.profile.regions import PlanFit, RegionCosts, RegionStat, profile_regions
@@ -186,6 +187,9 @@ class Profile:
     link_fits: dict[tuple[str, str], LinkFit] = field(default_factory=dict)
     links_measured: int = 0  # link rows timed now
     remote: dict[str, str] = field(default_factory=dict)  # unit -> fingerprint, store only
+    # (unit, what, share): rows in use that were timed while other work took more than
+    # BUSY_SHARE of the machine's cores (timed again by the next profiling run)
+    busy: list[tuple[str, str, float]] = field(default_factory=list)
 
     def link(self, a: str, b: str) -> Link:
         return self.links.get((a, b)) or self.links[(b, a)]
@@ -221,6 +225,10 @@ def _label(sig: str) -> str:
         return "the cost of waking up after idling"
     if head == "__region__":
         return "a region of the model"
+    if head == "__plancycle__":
+        return "a region's pieces run as a plan runs them"
+    if head == "__outputs__":
+        return "the cost of writing outputs"
     if "+" in sig:
         return "the fused group " + "+".join(part.split("#")[0] for part in sig.split("+"))
     return head
@@ -313,6 +321,9 @@ def profile_model(
     done = reused = 0
     measured = timed_there
     missing: list[tuple[str, str]] = []
+    meter = LoadMeter()
+    meter.read()
+    busy: list[tuple[str, str, float]] = []
 
     def tick(what: str) -> None:
         nonlocal done
@@ -325,16 +336,18 @@ def profile_model(
     ) -> Measurement | None:
         nonlocal measured, reused
         m = store.get(fp, sig) if store is not None else None
-        if m is not None and _reusable(m, can_time):
+        if m is not None and _reusable(m, can_time) and not (can_time and is_busy(m.load)):
             reused += 1
         elif not can_time:
             missing.append((unit.name, sig))
             return None
         else:
-            m = make()
+            m, new = time_again(m, make, meter)
             measured += 1
-            if store is not None:
+            if store is not None and new:
                 store.put(fp, sig, m, description=str(unit.describe()))
+        if m.status == OK and is_busy(m.load):
+            busy.append((unit.name, label or _label(sig), m.load or 0.0))
         if m.status == FAILED and not sig.startswith("__region__"):  # regions.py says why
             log.warning(
                 "unit %s: timing %s failed (%s); it counts as unable to run it in this profile "
@@ -512,6 +525,7 @@ def profile_model(
         units, list(active), fps, local_names, call, store, sizes=link_sizes, budget_s=budget_s
     )
     tick("links")
+    busy.extend((a, f"the link to {b}", share) for a, b, share in lp.busy)
     here = {n: u for n, u in active.items() if n in local_names and not u.modeled}
     here = {n: u for n, u in here.items() if not isinstance(u, RayUnit)}
     if corun and len(here) > 1:
@@ -538,6 +552,7 @@ def profile_model(
         link_fits=lp.fits,
         links_measured=lp.measured,
         remote=remote,
+        busy=warn_busy(busy, log),
     )
 
 

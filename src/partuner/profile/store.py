@@ -6,6 +6,10 @@ second model reuses every signature already measured. Each measurement is commit
 is taken (an interrupted run keeps what it measured); WAL mode lets two profiling processes share
 one file.
 
+A row timed by this partuner carries, in the ``conditions`` table, how busy the machine was
+meanwhile (other work's share of its cores, ``profile/load.py``; rows without one: unknown); the
+profiler times a busy row again. Earlier versions ignore that table.
+
 A row's status is ``ok``, ``unsupported`` (the unit cannot run the item: an answer for good) or
 ``failed`` (timing it failed: a compiler crash, a timeout, any other error; the reason is in
 ``detail`` and the profiler times it again on its next run). Older partuner versions read a
@@ -68,6 +72,12 @@ CREATE TABLE IF NOT EXISTS measurements (
     created     REAL NOT NULL,
     PRIMARY KEY (fingerprint, signature)
 );
+CREATE TABLE IF NOT EXISTS conditions (
+    fingerprint TEXT NOT NULL,
+    signature   TEXT NOT NULL,
+    other_load  REAL NOT NULL,          -- other work's share of all cores while it was timed
+    PRIMARY KEY (fingerprint, signature)
+);
 """
 
 #: a row's status: timed; the unit cannot run the item (for good); timing it failed (retried)
@@ -84,6 +94,8 @@ class Measurement:
     count: int
     status: str = OK  # OK, UNSUPPORTED (the backend refused it) or FAILED (timing failed)
     detail: str = ""
+    # other work's share of all cores' time while it was timed (profile/load.py); None: unknown
+    load: float | None = None
 
 
 #: ``detail`` prefix of a row whose time is already net of the call overhead (imported from a
@@ -138,6 +150,7 @@ class ProfileStore:
         self.path = Path(path) if path is not None else default_db_path()
         self.read_only = False
         self._why_read_only = ""
+        self._conditions = True  # the conditions table is there (a read-only older store: no)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -223,6 +236,12 @@ class ProfileStore:
                 raise self._error(exc, opening=True) from None
             if row is not None:
                 self._check_version(row[0])
+            self._conditions = (
+                self._db.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type='table' AND name='conditions'"
+                ).fetchone()
+                is not None
+            )
             self.read_only, self._why_read_only = True, str(why)
             log.info("profile store %s is read-only (%s): reading only", self.path, why)
             return
@@ -299,7 +318,17 @@ class ProfileStore:
                 f"(unit fingerprint {fingerprint}): {[row[0], row[4]]!r}; was it edited by "
                 "hand? pass another --db to profile again (nothing was deleted)"
             )
-        return Measurement(*times, row[3] or 0, row[4], row[5] or "")
+        cond = None
+        if self._conditions:
+            with self._guard():
+                cond = self._db.execute(
+                    "SELECT other_load FROM conditions WHERE fingerprint=? AND signature=?",
+                    (fingerprint, signature),
+                ).fetchone()
+        load = cond[0] if cond is not None and isinstance(cond[0], int | float) else None
+        if load is not None and not 0 <= load <= 1:
+            load = None
+        return Measurement(*times, row[3] or 0, row[4], row[5] or "", load)
 
     def put(self, fingerprint: str, signature: str, m: Measurement, description: str = "") -> None:
         """Store one measurement and commit at once (an error leaves every earlier row)."""
@@ -324,6 +353,13 @@ class ProfileStore:
                     time.time(),
                 ),
             )
+            key = (fingerprint, signature)
+            if m.load is None:
+                self._db.execute("DELETE FROM conditions WHERE fingerprint=? AND signature=?", key)
+            else:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO conditions VALUES (?,?,?)", (*key, float(m.load))
+                )
 
     def rows(self, fingerprint: str) -> list[tuple[str, Measurement]]:
         """Every row of one unit fingerprint, as ``(signature, measurement)``."""

@@ -37,13 +37,14 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from partuner.profile.load import LoadMeter, is_busy, time_again
 from partuner.profile.measure import failure, time_model
 from partuner.profile.store import FAILED, Measurement, ProfileStore
 from partuner.units import Link, Unit, UnitSet
@@ -66,6 +67,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_Rows = dict[int, Measurement] | None
 
 #: Tensor sizes (bytes) each link is measured at: 4 KiB .. 16 MiB.
 LINK_SIZES: tuple[int, ...] = (4 << 10, 64 << 10, 1 << 20, 16 << 20)
@@ -280,17 +283,45 @@ def device_copy(
 def combine_link(
     hand: dict[int, Measurement], *copies: dict[int, Measurement] | None
 ) -> dict[int, Measurement]:
-    """A link's time per size: the hand-off plus the device copy of each end that has one."""
+    """A link's time per size: the hand-off plus the device copy of each end that has one
+    (timed while the machine was as busy as the busiest part was)."""
     out = {}
     for n, h in hand.items():
         parts = [h, *(c[n] for c in copies if c is not None)]
+        loads = [p.load for p in parts if p.load is not None]
         out[n] = Measurement(
             sum(p.median_us for p in parts),
             sum(p.p10_us for p in parts),
             sum(p.p90_us for p in parts),
             min(p.count for p in parts),
+            load=max(loads) if loads else None,
         )
     return out
+
+
+def _noting_load(meter: LoadMeter, measure: Callable[[], _Rows]) -> _Rows:
+    """``measure()``'s rows, each noting how busy the machine was while they were timed."""
+    start = meter.read()
+    rows = measure()
+    if rows is None:
+        return None
+    load = meter.share(start)
+    return {n: replace(m, load=load) for n, m in rows.items()}
+
+
+def _switch(a: Unit, b: Unit) -> Measurement:
+    """:func:`switch_cost`, or the row of its failure (warned of)."""
+    try:
+        return switch_cost(a, b)
+    except Exception as exc:
+        sw = failure(exc)
+        log.warning("units %s, %s: timing the pool switch failed (%s)", a.name, b.name, sw.detail)
+        return sw
+
+
+def _busiest(rows: dict[int, Measurement]) -> float | None:
+    loads = [m.load for m in rows.values() if m.load is not None]
+    return max(loads) if loads else None
 
 
 def fit_rows(rows: dict[int, Measurement]) -> LinkFit:
@@ -328,6 +359,9 @@ class LinkProfile:
     sources: dict[tuple[str, str], str]  # "declared" | "measured" | "default"
     fits: dict[tuple[str, str], LinkFit]
     measured: int = 0  # link rows timed now (the others came from the store)
+    # (unit, unit, share): links in use timed while other work took more than BUSY_SHARE of
+    # the machine's cores (timed again by the next profiling run)
+    busy: list[tuple[str, str, float]] = field(default_factory=list)
 
 
 def profile_links(
@@ -348,6 +382,8 @@ def profile_links(
     hand: dict[int, Measurement] | None = None
     copies: dict[str, dict[int, Measurement] | None] = {}
     switches: dict[tuple[str, str], Measurement] = {}
+    meter = LoadMeter()
+    meter.read()
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
             pair = (a, b)
@@ -357,19 +393,29 @@ def profile_links(
             ua, ub = units[a], units[b]
             fa, fb = fingerprints[a], fingerprints[b]
             rows = None if ua.modeled or ub.modeled else stored_rows(store, fa, fb, sizes)
-            if rows is None and not (ua.modeled or ub.modeled) and {a, b} <= local:
+            here = not (ua.modeled or ub.modeled) and {a, b} <= local
+            old = rows if rows is not None and here and is_busy(_busiest(rows)) else None
+            if (rows is None or old is not None) and here:
                 if hand is None:
-                    hand = handoff(sizes)
+                    hand = _noting_load(meter, lambda: handoff(sizes))
                 for u in (ua, ub):
                     if u.name not in copies:
                         copies[u.name] = (
                             None
                             if u.host_memory
-                            else device_copy(u, call_us.get(u.name, 0.0), sizes, budget_s)
+                            else _noting_load(
+                                meter,
+                                lambda u=u: device_copy(
+                                    u, call_us.get(u.name, 0.0), sizes, budget_s
+                                ),
+                            )
                         )
                 rows = combine_link(hand, copies[a], copies[b])
                 lost = [u.name for u in (ua, ub) if copies[u.name] is None and not u.host_memory]
-                if lost:  # used for this run, never stored without its device copies
+                now, before = _busiest(rows), _busiest(old or {})
+                if old is not None and (lost or (is_busy(now) and (now or 0) >= (before or 0))):
+                    rows = old  # timed again on a machine no quieter: the stored rows stay
+                elif lost:  # used for this run, never stored without its device copies
                     log.warning(
                         "unit %s: timing its device copy failed; link %s-%s leaves it out in "
                         "this profile only, and the next profiling run times it again",
@@ -386,23 +432,20 @@ def profile_links(
             if set(ua.cores or ()) & set(ub.cores or ()):  # never at once: a pool switch
                 key = switch_signature(fa, fb)
                 sw = switches.get(key) or (store.get(*key) if store is not None else None)
+                busy_sw = sw if sw is not None and is_busy(sw.load) else None
                 if sw is not None and sw.status == FAILED and key not in switches:
                     sw = None  # a failed timing is timed again
-                if sw is None and {a, b} <= local:
-                    try:
-                        sw = switch_cost(ua, ub)
-                    except Exception as exc:
-                        sw = failure(exc)
-                        log.warning(
-                            "units %s, %s: timing the pool switch failed (%s)", a, b, sw.detail
-                        )
+                if (sw is None or busy_sw is not None) and key not in switches and here:
+                    sw, new = time_again(busy_sw, lambda x=ua, y=ub: _switch(x, y), meter)
                     out.measured += 1
-                    if store is not None:
+                    if store is not None and new:
                         store.put(*key, sw)
                 if sw is not None:
                     switches[key] = sw  # equal fingerprints share it, with or without a store
                 if sw is not None and sw.status == "ok":
-                    rows = combine_link(rows, {n: sw for n in rows})
+                    rows = combine_link(rows, {n: sw for n in rows})  # with its load
             fit = fit_rows(rows)
             out.links[pair], out.sources[pair], out.fits[pair] = fit.link, "measured", fit
+            if is_busy(_busiest(rows)):
+                out.busy.append((a, b, _busiest(rows) or 0.0))
     return out

@@ -1,0 +1,183 @@
+"""Rows timed on a busy machine: the meter, what the store keeps, and what the profiler does."""
+
+from __future__ import annotations
+
+import logging
+import math
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from onnx import TensorProto, helper
+
+from partuner.graph import load_model
+from partuner.profile import Measurement, ProfileStore, profile_model
+from partuner.profile import load as load_mod
+from partuner.profile.load import LoadMeter, time_again
+from partuner.units import load_units
+
+
+def _tiny():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="r"),
+        helper.make_node("Sigmoid", ["a"], ["y"], name="s"),
+    ]
+    g = helper.make_graph(nodes, "tiny", [x], [y])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+class _Clock:
+    """Scripted readings: (seconds, machine busy CPU s, our CPU s)."""
+
+    def __init__(self, monkeypatch, cores: int = 2) -> None:
+        self.now, self.machine, self.ours = 100.0, 0.0, 0.0
+        monkeypatch.setattr(load_mod.time, "monotonic", lambda: self.now)
+        monkeypatch.setattr(load_mod, "_machine", lambda: (self.machine, cores))
+        monkeypatch.setattr(load_mod, "_ours", lambda: self.ours)
+
+    def spend(self, seconds: float, ours: float, others: float) -> None:
+        self.now += seconds
+        self.ours += ours
+        self.machine += ours + others
+
+
+def test_share_is_other_work_over_all_cores(monkeypatch):
+    c = _Clock(monkeypatch)
+    meter = LoadMeter()
+    start = meter.read()
+    c.spend(1.0, ours=1.0, others=0.5)  # we use one core, others half of the other
+    assert meter.share(start) == pytest.approx(0.25)
+    start = meter.read()
+    c.spend(0.5, ours=0.5, others=0.0)
+    assert meter.share(start) == pytest.approx(0.0)
+
+
+def test_a_short_window_is_judged_by_the_quarter_second_before_it(monkeypatch):
+    c = _Clock(monkeypatch)
+    meter = LoadMeter()
+    meter.read()
+    c.spend(0.3, ours=0.3, others=0.6)  # the other core fully busy
+    start = meter.read()
+    c.spend(0.005, ours=0.005, others=0.0)  # 5 ms: finer than /proc/stat's ticks
+    assert meter.share(start) == pytest.approx(0.6 / (0.305 * 2))
+
+
+def test_too_short_a_history_is_unknown_not_a_guess(monkeypatch):
+    c = _Clock(monkeypatch)
+    meter = LoadMeter()
+    start = meter.read()
+    c.spend(0.01, ours=0.01, others=0.02)
+    assert meter.share(start) is None
+    monkeypatch.setattr(load_mod, "_machine", lambda: None)  # no /proc/stat
+    meter = LoadMeter()
+    start = meter.read()
+    c.spend(1.0, ours=1.0, others=1.0)
+    assert meter.share(start) is None
+
+
+def test_the_real_meter_sees_other_processes_spin():
+    if not Path("/proc/stat").exists():
+        pytest.skip("no /proc/stat here")
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        time.sleep(0.3)
+        meter = LoadMeter()
+        start = meter.read()
+        t0 = time.monotonic()
+        cpu0 = [_cpu_s(p.pid) for p in spinners]
+        time.sleep(1.0)
+        cpu1 = [_cpu_s(p.pid) for p in spinners]
+        share = meter.share(start)
+        wall = time.monotonic() - t0
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+    cores = sum(
+        1
+        for ln in Path("/proc/stat").read_text().splitlines()
+        if ln.startswith("cpu") and ln[3:4].isdigit()
+    )
+    spun = sum(b - a for a, b in zip(cpu0, cpu1, strict=True)) / (wall * cores)
+    assert share is not None and spun > 0.05
+    assert share == pytest.approx(spun, abs=0.12)  # clock ticks: 10 ms on each reading
+
+
+def _cpu_s(pid: int) -> float:
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_store_keeps_the_load_and_forgets_it_when_a_row_is_replaced(tmp_path):
+    db = tmp_path / "p.db"
+    with ProfileStore(db) as s:
+        s.put("fp", "a", Measurement(5.0, 4.0, 6.0, 10, load=0.6))
+        assert s.get("fp", "a").load == pytest.approx(0.6)
+        s.put("fp", "a", Measurement(3.0, 2.0, 4.0, 10))  # timed by a version without a meter
+        assert s.get("fp", "a").load is None
+    with sqlite3.connect(db) as c:  # a hand-edited load out of range reads as unknown
+        c.execute("INSERT INTO conditions VALUES ('fp', 'a', 7.0)")
+    with ProfileStore(db) as s:
+        assert s.get("fp", "a").load is None and s.get("fp", "a").median_us == 3.0
+
+
+def test_time_again_replaces_a_busy_row_only_with_a_quieter_timing(monkeypatch):
+    meter = LoadMeter()
+    busy = Measurement(9.0, 8.0, 10.0, 5, load=0.7)
+    share = iter([0.1, 0.9, 0.5])
+    monkeypatch.setattr(LoadMeter, "share", lambda self, since: next(share))
+    quiet, new = time_again(busy, lambda: Measurement(5.0, 5.0, 5.0, 5), meter)
+    assert new and quiet.median_us == 5.0 and quiet.load == 0.1
+    kept, new = time_again(busy, lambda: Measurement(20.0, 20.0, 20.0, 5), meter)
+    assert not new and kept is busy  # busier still: the stored row stays
+    failed = Measurement(math.inf, math.inf, math.inf, 0, "failed", "RuntimeError: x")
+    kept, new = time_again(busy, lambda: failed, meter)
+    assert not new and kept is busy
+
+
+@pytest.fixture()
+def cpu_units(tmp_path):
+    path = tmp_path / "u.yaml"
+    path.write_text("units:\n  cpu: {backend: onnxruntime, threads: 1}\n")
+    return load_units(path)
+
+
+def test_rows_timed_on_a_busy_machine_are_warned_of_and_timed_again(
+    tmp_path, cpu_units, monkeypatch, caplog
+):
+    graph = load_model(_tiny())
+    db = tmp_path / "p.db"
+    monkeypatch.setattr(LoadMeter, "share", lambda self, since: 0.8)
+    with ProfileStore(db) as store, caplog.at_level(logging.WARNING):
+        first = profile_model(graph, cpu_units, store=store, budget_s=0.01, layers=False)
+    assert {u for u, _, _ in first.busy} == {"cpu"}
+    assert {w for _, w, _ in first.busy} >= {"r", "s", "the call overhead"}
+    warned = [
+        r.getMessage() for r in caplog.records if "other work took up to 80%" in r.getMessage()
+    ]
+    assert len(warned) == 1 and warned[0].startswith("unit cpu:"), warned
+    with sqlite3.connect(db) as c:
+        loads = [r[0] for r in c.execute("SELECT other_load FROM conditions")]
+    assert loads and all(x == pytest.approx(0.8) for x in loads)
+
+    monkeypatch.setattr(LoadMeter, "share", lambda self, since: 0.9)  # busier still
+    with ProfileStore(db) as store:
+        second = profile_model(graph, cpu_units, store=store, budget_s=0.01, layers=False)
+    assert second.measured == first.measured and second.reused == 0  # timed again...
+    with sqlite3.connect(db) as c:  # ...and the quieter rows kept
+        assert {r[0] for r in c.execute("SELECT other_load FROM conditions")} == {0.8}
+
+    monkeypatch.setattr(LoadMeter, "share", lambda self, since: 0.02)  # quiet now
+    with ProfileStore(db) as store:
+        third = profile_model(graph, cpu_units, store=store, budget_s=0.01, layers=False)
+    assert third.measured == first.measured and not third.busy
+    with ProfileStore(db) as store:
+        fourth = profile_model(graph, cpu_units, store=store, budget_s=0.01, layers=False)
+    assert fourth.measured == 0 and fourth.reused == first.measured and not fourth.busy
