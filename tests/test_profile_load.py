@@ -181,3 +181,21 @@ def test_rows_timed_on_a_busy_machine_are_warned_of_and_timed_again(
     with ProfileStore(db) as store:
         fourth = profile_model(graph, cpu_units, store=store, budget_s=0.01, layers=False)
     assert fourth.measured == 0 and fourth.reused == first.measured and not fourth.busy
+
+
+def test_tune_says_when_its_measurements_ran_on_a_busy_machine(tmp_path, monkeypatch, caplog):
+    import partuner
+    from partuner.graph import zoo
+    from partuner.units import units_from_mapping
+
+    g = partuner.load_model(zoo.build("branchy", image_size=16))
+    units = units_from_mapping({"units": {"cpu": {"backend": "onnxruntime", "threads": 1}}})
+    prof = partuner.profile_model(g, units, budget_s=0.01)
+    quiet = partuner.tune(g, units, prof, tmp_path / "a", repeat=3, time_limit=1)
+    assert quiet.other_load is None or 0.0 <= quiet.other_load <= 1.0
+    monkeypatch.setattr(LoadMeter, "share", lambda self, since: 0.6)
+    with caplog.at_level(logging.WARNING):
+        busy = partuner.tune(g, units, prof, tmp_path / "b", repeat=3, time_limit=1)
+    warned = [r for r in caplog.records if "while the plan and its baselines ran" in r.message]
+    assert busy.other_load == 0.6 and len(warned) == 1
+    assert "60%" in warned[0].getMessage()

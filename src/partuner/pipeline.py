@@ -32,6 +32,7 @@ from partuner.plan import (
 )
 from partuner.plan import lower_bound as problem_lower_bound
 from partuner.profile import Profile
+from partuner.profile.load import LoadMeter, is_busy
 from partuner.profile.measure import random_feeds
 from partuner.runtime import CheckResult, Session, check_outputs
 from partuner.units import Unit, UnitSet
@@ -482,6 +483,8 @@ class TuneResult:
     outdir: Path
     files: list[str]
     note: str = ""  # set when the measurement overruled the prediction
+    # other work's share of the machine's cores while the configurations ran (None: unknown)
+    other_load: float | None = None
 
 
 def tune(
@@ -515,6 +518,8 @@ def tune(
     feeds = random_feeds(graph, list(graph.inputs), seed=seed)
     say("running the plan")
     ref = reference_outputs(graph, feeds)
+    meter = LoadMeter()
+    started = meter.read()
     measured: RunStats | None = None
     with Session(graph, parts, units) as sess:
         stats, got = measure_session(sess, feeds, repeat)
@@ -560,6 +565,14 @@ def tune(
         export_plan(graph, plan_file(plan, graph, units), outdir)
     say("running plain onnxruntime")
     ort_all = measure_whole(graph, feeds, os.cpu_count() or 1, repeat)
+    other = meter.share(started)
+    if is_busy(other):
+        log.warning(
+            "other work took %.0f%% of the machine's cores while the plan and its baselines "
+            "ran: their measured times, and the choice between them, may not hold on a quiet "
+            "machine; run tune again then",
+            100 * (other or 0.0),
+        )
     files = sorted(str(p.relative_to(outdir)) for p in outdir.rglob("*") if p.is_file())
     return TuneResult(
         plan,
@@ -574,6 +587,7 @@ def tune(
         outdir,
         files,
         note,
+        other,
     )
 
 

@@ -180,6 +180,7 @@ def tune_cmd(
         },
         "check": r.check.to_dict(),
         "note": r.note or None,
+        "other_load": r.other_load,
         "verdict": summary,
         "outdir": str(r.outdir),
         "files": r.files,
