@@ -1,12 +1,14 @@
 """Profiling on a busy machine: what the store would keep, and what the next quiet run repairs.
 
-Three profiles of one zoo model on the local default units (``partuner units``), each in this
+Four profiles of one zoo model on the local default units (``partuner units``), each in this
 process with ``profile_model`` (as ``partuner profile`` does), one after another:
 
 1. **quiet**: a fresh store, nothing else running: the reference;
 2. **busy**: a fresh store while ``--spinners`` other processes (default: one per core) spin;
 3. **again**: a copy of the busy store, the spinners stopped: the rows timed on the busy
-   machine are timed again (the profiler's rule), the rest reused.
+   machine are timed again (the profiler's rule), the rest reused;
+4. **quiet, fresh again**: a fresh store on the quiet machine: how far two quiet profiles
+   differ on their own (the yardstick for "again").
 
 Per profile: rows timed, rows reused, rows in use marked busy (and the largest share of the
 machine's cores other work took while one was timed), wall time; per unit, the whole-model time
@@ -90,6 +92,7 @@ def main() -> None:
         time.sleep(2.0)
         shutil.copy(work / "busy.db", work / "again.db")
         runs["again"] = _profile(graph, units, work / "again.db", args.budget)
+        runs["quiet, fresh again"] = _profile(graph, units, work / "quiet2.db", args.budget)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     quiet = runs["quiet"]

@@ -180,10 +180,11 @@ SUITE = [
         [],
         "Profiling while other work runs: the zoo's squeezenet on the local default units, "
         "profiled on a quiet machine (fresh store), then while one spinning process per core "
-        "runs (fresh store), then again on the quiet machine from the busy run's store. Rows "
-        "timed while other work took more than a quarter of the cores are marked busy, warned "
-        "of and timed again by the next run. Each unit's whole-model time and largest link "
-        "latency against the quiet profile's; a quiet profile drifts too (see noise).",
+        "runs (fresh store), then again on the quiet machine from the busy run's store, then "
+        "on the quiet machine into a fresh store once more (how far two quiet profiles differ "
+        "on their own). Rows timed while other work took more than a quarter of the cores are "
+        "marked busy, warned of and timed again by the next run. Each unit's whole-model time "
+        "and largest link latency against the first quiet profile's.",
     ),
     (
         "profile",
