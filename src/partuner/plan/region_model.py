@@ -15,10 +15,15 @@ adds, per node ``n`` (integer ticks, costs and delays rounded down as in ``exact
 * per value and consumer, a boolean *charged*: the consumer's unit is busy for the boundary
   cost of that value just before it, unless the producer or an earlier consumer of the value
   shares its partition (each value is paid once per partition that reads it);
+* per value read by another partition, a boolean *written*: the producer's partition writes
+  it out once (the unit's cost per byte written out), at its end; the model puts that busy time
+  right after the producer (``e[n]`` includes it), which changes only the order of work within
+  the call, not when the call ends; the entering partition's write-outs keep its unit busy,
+  and its end, that long after the region's origin;
 * one ``NoOverlap`` per hardware resource over each node's busy interval (boundary cost +
-  cost), and the span at least each resource's total cost (implied once nodes are ordered,
-  stated outright so that the search proves as it places nodes); minimise the latest
-  partition end;
+  cost + write-outs), and the span at least each resource's total cost (implied once nodes
+  are ordered, stated outright so that the search proves as it places nodes); minimise the
+  latest partition end;
 * in regions of up to :data:`PAIRS_UP_TO` nodes, per pair of nodes neither of which leads to
   the other, a boolean *same partition* and, for units sharing hardware, partitions that take
   turns: one ends (``PE``) before the other starts (``PS``). This also makes a call's
@@ -30,7 +35,8 @@ adds, per node ``n`` (integer ticks, costs and delays rounded down as in ``exact
 
 From any plan's simulated run one reads off an assignment of these variables (partition
 start/end, each partition's overhead and boundary costs first, then its nodes) that meets
-every constraint with the same latency, less the savings of fused groups it runs whole. The
+every constraint with the same latency (each call's write-outs moved to just after the nodes
+that produce them), less the savings of fused groups it runs whole. The
 model rounds each value's transfer down to ticks on its own, and in larger regions lets
 partitions interleave, counts a call's overhead only as a delay and each value's transfer
 alone, so it is a relaxation: its proven bound, less the total possible group saving, is a
@@ -50,19 +56,22 @@ from partuner.plan.clock import WorkClock
 from partuner.plan.decompose import Region
 from partuner.plan.exact import _cp_model
 from partuner.plan.problem import Problem
+from partuner.plan.region_parts import (
+    EPS_TICKS,
+    ancestors,
+    cross_together,
+    take_turns,
+    ticks,
+    write_outs,
+)
 
 __all__ = ["PAIRS_UP_TO", "RegionSolution", "TICK_US", "one_unit_bound", "solve_region"]
 
 TICK_US = 0.1
 PAIRS_UP_TO = 40  # nodes in a region up to which pairs of nodes and edges are modeled
-_EPS_TICKS = 1e-6
 _TIE_SHARE = 0.2  # of a region's time, at most, for breaking ties once its span is proven
 # CP-SAT's full searches for these models, best first (see _solver)
 _FULL_SEARCHES = ("no_lp", "max_lp", "quick_restart_no_lp", "default_lp")
-
-
-def _ticks(us: float, tick: float) -> int:
-    return max(0, math.floor(us / tick + _EPS_TICKS))
 
 
 @dataclass
@@ -127,7 +136,7 @@ def solve_region(
     run = {n: problem.runnable_units(n) for n in nodes}
     if region.exit is not None and exit_unit is not None:
         run[region.exit] = [exit_unit]
-    overhead = {u: _ticks(problem.call_overhead_us.get(u, 0.0), tick_us) for u in problem.units}
+    overhead = {u: ticks(problem.call_overhead_us.get(u, 0.0), tick_us) for u in problem.units}
     every = nodes
     origin = 0
     if entry is not None:
@@ -135,9 +144,9 @@ def solve_region(
         every = [entry, *nodes]
     if entry is not None:
         origin = max(overhead[u] for u in run[entry]) + 1  # room for the entering partition
-    horizon = origin + sum(max(_ticks(problem.cost[n][u], tick_us) for u in run[n]) for n in nodes)
+    horizon = origin + sum(max(ticks(problem.cost[n][u], tick_us) for u in run[n]) for n in nodes)
     horizon += sum(
-        _ticks(_worst_cut(problem, p, n), tick_us) for n in nodes for p in problem.preds(n)
+        ticks(_worst_cut(problem, p, n), tick_us) for n in nodes for p in problem.preds(n)
     )
     horizon += max(overhead.values(), default=0) * (len(nodes) + 1) + 1
 
@@ -197,12 +206,12 @@ def solve_region(
         nbytes = problem.pair_nbytes(q, n)
         for u in run[q]:
             for v in run[n]:
-                d = _ticks(problem.transfer_us(u, v, nbytes), tick_us) if u != v else 0
+                d = ticks(problem.transfer_us(u, v, nbytes), tick_us) if u != v else 0
                 if d > 0:
                     m.add(ps[n] >= pe[q] + d).only_enforce_if([b.Not(), x[q, u], x[n, v]])
 
     faithful = pairs and len(every) <= PAIRS_UP_TO
-    above = _ancestors(problem, every) if faithful else {}
+    above = ancestors(problem, every) if faithful else {}
     sibling: dict[tuple[str, str], Any] = {}
 
     def share(a: str, c: str) -> Any:
@@ -229,17 +238,30 @@ def solve_region(
             m.add_bool_or([paid, same[src, n], *earlier])
             charges[n].append((paid, readers[n]))
 
+    written = write_outs(m, problem, values, same, run, every, tick_us)
+    if entry is not None:  # the entering partition writes out at its end, inside the region
+        for u in run[entry]:
+            w = sum(t * b for b, t in written[entry, u])
+            if not written[entry, u]:
+                continue
+            m.add(pe[entry] >= origin + w).only_enforce_if(x[entry, u])
+            mine = set(problem.resources_of(u))
+            for n in nodes:
+                for v in run[n]:
+                    if mine & set(problem.resources_of(v)):
+                        m.add(busy[n] >= origin + w).only_enforce_if([x[entry, u], x[n, v]])
     if faithful:
-        _take_turns(m, problem, every, run, x, ps, pe, share)
-        _cross_together(m, problem, every, entry, run, x, ps, pe, share, tick_us)
+        take_turns(m, problem, every, run, x, ps, pe, share)
+        cross_together(m, problem, every, entry, run, x, ps, pe, share, tick_us)
     on_resource: dict[str, list[Any]] = {}
     for n in nodes:
         for u in run[n]:
-            d = _ticks(problem.cost[n][u], tick_us)
+            d = ticks(problem.cost[n][u], tick_us)
+            d = d + sum(t * b for b, t in written.get((n, u), ()))  # its writes, right after it
             m.add(e[n] == s[n] + d).only_enforce_if(x[n, u])
             m.add(busy[n] >= ps[n] + overhead[u]).only_enforce_if(x[n, u])
             rate = problem.boundary_us_per_byte.get(u, 0.0)
-            paid = [(b, _ticks(nb * rate, tick_us)) for b, nb in charges[n]]
+            paid = [(b, ticks(nb * rate, tick_us)) for b, nb in charges[n]]
             m.add(busy[n] + sum(t * b for b, t in paid if t > 0) <= s[n]).only_enforce_if(x[n, u])
             size = m.new_int_var(0, horizon, f"size[{n},{u}]")
             iv = m.new_optional_interval_var(busy[n], size, e[n], x[n, u], f"iv[{n},{u}]")
@@ -278,7 +300,7 @@ def solve_region(
     code = clock.solve(solver, m)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
-    slack = len(every) * 4 * _EPS_TICKS * tick_us  # float noise the rounding tolerated
+    slack = len(every) * 4 * EPS_TICKS * tick_us  # float noise the rounding tolerated
     bound = solver.objective_value if code == cp_model.OPTIMAL else solver.best_objective_bound
     bound_us = max(0.0, math.ceil(bound - 1e-6) * tick_us - slack)
     best = round(solver.objective_value)
@@ -347,105 +369,6 @@ def _in_order(
     return out
 
 
-def _take_turns(
-    m: Any,
-    problem: Problem,
-    every: Sequence[str],
-    run: Mapping[str, Sequence[str]],
-    x: Mapping[tuple[str, str], Any],
-    ps: Mapping[str, Any],
-    pe: Mapping[str, Any],
-    share: Any,
-) -> None:
-    """Partitions on units sharing hardware do not overlap: for two nodes neither of which
-    leads to the other (``every`` is topological: a partition holding two nodes of a path
-    holds the path between, so the edges' constraints order the rest), either they share a
-    partition or one's partition ends before the other's starts."""
-    above = _ancestors(problem, every)
-    for i, n in enumerate(every):
-        for a in every[:i]:
-            if a in above[n]:
-                continue
-            clash = [
-                (u, v)
-                for u in run[a]
-                for v in run[n]
-                if problem.resources_of(u) & problem.resources_of(v)
-            ]
-            if not clash:
-                continue
-            b, first = share(a, n), m.new_bool_var(f"first[{a},{n}]")
-            for u, v in clash:
-                m.add(pe[a] <= ps[n]).only_enforce_if([first, x[a, u], x[n, v], b.Not()])
-                m.add(pe[n] <= ps[a]).only_enforce_if([first.Not(), x[a, u], x[n, v], b.Not()])
-
-
-def _cross_together(
-    m: Any,
-    problem: Problem,
-    every: Sequence[str],
-    entry: str | None,
-    run: Mapping[str, Sequence[str]],
-    x: Mapping[tuple[str, str], Any],
-    ps: Mapping[str, Any],
-    pe: Mapping[str, Any],
-    share: Any,
-    tick_us: float,
-) -> None:
-    """Values crossing between two partitions move in one transfer: per edge ``q -> n`` from
-    ``u`` to ``v``, ``n``'s partition starts after ``q``'s ends plus the transfer of the edge's
-    values and of every other value whose producer shares ``q``'s partition and a reader of
-    which shares ``n``'s (each value's bytes rounded down to ticks on its own)."""
-    inside = set(every)
-    order = {n: i for i, n in enumerate(every)}
-    edges = [
-        (e.src, e.dst, problem.payload(i))
-        for i, e in enumerate(problem.edges)
-        if e.src in inside and e.dst in inside and e.dst != entry
-    ]
-    values: dict[Hashable, tuple[str, float, set[str]]] = {}
-    for q, n, load in edges:
-        for key, nbytes in load.items():
-            values.setdefault(key, (q, nbytes, set()))[2].add(n)
-
-    def joint(a: str, c: str) -> Any:
-        return share(a, c) if order[a] < order[c] else share(c, a)
-
-    for q1, n1, load in edges:
-        also: list[tuple[Any, str, set[str], float]] = []  # (crosses with it, src, readers, B)
-        for key, (q2, nbytes, readers) in values.items():
-            if key in load:
-                continue
-            with_q = [] if q2 == q1 else [joint(q1, q2)]
-            if n1 in readers:
-                clauses = [with_q]
-            else:
-                clauses = [[*with_q, joint(n1, n2)] for n2 in sorted(readers, key=order.get)]
-            z = m.new_bool_var(f"with[{q1},{n1},{key}]")
-            for lits in clauses:
-                m.add_bool_or([z, *(b.Not() for b in lits)])
-            also.append((z, q2, readers, nbytes))
-        if not also:
-            continue
-        own = sum(load.values())
-        for u in run[q1]:
-            for v in run[n1]:
-                if u == v:
-                    continue
-                link = problem.link(u, v)
-                extra = [
-                    (z, _ticks(nbytes / (link.gbps * 1e3), tick_us))
-                    for z, q2, readers, nbytes in also
-                    if u in run[q2] and any(v in run[r] for r in readers)
-                ]
-                extra = [(z, t) for z, t in extra if t > 0]
-                if extra:
-                    d = _ticks(problem.transfer_us(u, v, own), tick_us)
-                    m.add(pe[q1] + d + sum(t * z for z, t in extra) <= ps[n1]).only_enforce_if(
-                        [x[q1, u], x[n1, v]]
-                    )
-
-
 def _add_loads(
     m: Any,
     problem: Problem,
@@ -463,24 +386,12 @@ def _add_loads(
     tests/test_plan_pexact.py: an Inception block proven with it and left open without)."""
     per: dict[str, list[Any]] = {}
     for u in problem.units:
-        terms = [_ticks(problem.cost[n][u], tick_us) * x[n, u] for n in region.nodes if (n, u) in x]
+        terms = [ticks(problem.cost[n][u], tick_us) * x[n, u] for n in region.nodes if (n, u) in x]
         for r in problem.resources_of(u):
             per.setdefault(r, []).extend(terms)
     for terms in per.values():
         if terms:
             m.add(span >= sum(terms))
-
-
-def _ancestors(problem: Problem, every: Sequence[str]) -> dict[str, set[str]]:
-    """Per node of ``every`` (topological), its ancestors among ``every``."""
-    inside = set(every)
-    above: dict[str, set[str]] = {}
-    for n in every:
-        above[n] = set()
-        for q in problem.preds(n):
-            if q in inside:
-                above[n] |= above[q] | {q}
-    return above
 
 
 def one_unit_bound(
@@ -514,7 +425,7 @@ def one_unit_bound(
         (problem.transfer_us(u, v, 0.0) for u in problem.units for v in problem.units if u != v),
         default=math.inf,
     )
-    slack = (len(nodes) + 1) * 4 * _EPS_TICKS * tick_us  # float noise
+    slack = (len(nodes) + 1) * 4 * EPS_TICKS * tick_us  # float noise
     exit_cost = problem.cost[region.exit][exit_unit] if region.exit is not None else 0.0
     if region.exit is not None and exit_unit != entry_unit:
         return max(0.0, cross + exit_cost - slack), None
