@@ -166,6 +166,8 @@ def test_rows_timed_on_a_busy_machine_are_warned_of_and_timed_again(
     with sqlite3.connect(db) as c:
         loads = [r[0] for r in c.execute("SELECT other_load FROM conditions")]
     assert loads and all(x == pytest.approx(0.8) for x in loads)
+    with ProfileStore(db) as store:
+        assert store.summary()[0]["busy"] == len(loads)
 
     monkeypatch.setattr(LoadMeter, "share", lambda self, since: 0.9)  # busier still
     with ProfileStore(db) as store:
@@ -178,9 +180,27 @@ def test_rows_timed_on_a_busy_machine_are_warned_of_and_timed_again(
     with ProfileStore(db) as store:
         third = profile_model(graph, cpu_units, store=store, budget_s=0.01, layers=False)
     assert third.measured == first.measured and not third.busy
+    assert third.again == third.measured and second.again == second.measured
+    with ProfileStore(db) as store:
+        assert store.summary()[0]["busy"] == 0
     with ProfileStore(db) as store:
         fourth = profile_model(graph, cpu_units, store=store, budget_s=0.01, layers=False)
     assert fourth.measured == 0 and fourth.reused == first.measured and not fourth.busy
+    assert first.again == 0 and fourth.again == 0
+
+
+def test_units_sharing_rows_are_named_together(tmp_path, monkeypatch, caplog):
+    path = tmp_path / "u.yaml"
+    path.write_text(
+        "units:\n  cpu0: {backend: onnxruntime, threads: 1}\n"
+        "  cpu1: {backend: onnxruntime, threads: 1}\n"
+    )
+    monkeypatch.setattr(LoadMeter, "share", lambda self, since: 0.5)
+    with caplog.at_level(logging.WARNING):
+        prof = profile_model(load_model(_tiny()), load_units(path), budget_s=0.01, layers=False)
+    assert {u for u, w, _ in prof.busy if "link" not in w} == {"cpu0/cpu1"}
+    assert ("cpu0", "the link to cpu1", 0.5) in prof.busy
+    assert any(r.getMessage().startswith("units cpu0, cpu1: ") for r in caplog.records)
 
 
 def test_tune_says_when_its_measurements_ran_on_a_busy_machine(tmp_path, monkeypatch, caplog):

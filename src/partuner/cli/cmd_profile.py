@@ -28,7 +28,7 @@ from partuner.cli.common import (
     skip_unavailable_option,
     units_option,
 )
-from partuner.cli.stages import load_units_cli, unit_summary
+from partuner.cli.stages import busy_rows, load_units_cli, unit_summary
 
 
 @main.command("profile")
@@ -252,7 +252,8 @@ def _show(db: str | None, as_json: bool) -> None:
             return
         console.print(f"profile store {store.path}")
         t = Table(show_edge=False)
-        for c in ("fingerprint", "unit", "backend", "rows", "unsupported", "failed", "last"):
+        cols = ("fingerprint", "unit", "backend", "rows", "unsupported", "failed", "busy", "last")
+        for c in cols:
             t.add_column(c)
         for r in rows:
             last = datetime.datetime.fromtimestamp(r["last"]).isoformat(timespec="seconds")
@@ -263,9 +264,15 @@ def _show(db: str | None, as_json: bool) -> None:
                 str(r["rows"]),
                 str(r["unsupported"]),
                 str(r["failed"]),
+                str(r["busy"]),
                 last,
             )
         console.print(t)
+        if any(r["busy"] for r in rows):
+            console.print(
+                "busy: rows timed while other work took more than a quarter of the machine's "
+                "cores; the next profiling run of a model that uses them times them again"
+            )
 
 
 def _report_kit(manifest: Path, as_json: bool, model: str, units_file: str | None) -> None:
@@ -358,6 +365,7 @@ def _render(
                 "group_signatures": prof.group_signatures,
                 "measured": prof.measured,
                 "reused": prof.reused,
+                "timed_again": prof.again,
                 "links_measured": prof.links_measured,
                 "wall_s": prof.wall_s,
                 "units": summary,
@@ -367,9 +375,7 @@ def _render(
                 "skipped_units": prof.skipped_units,
                 "unsupported": [list(x) for x in prof.unsupported],
                 "failed": [list(x) for x in prof.failed],
-                "busy": [
-                    {"unit": u, "what": w, "other_load": share} for u, w, share in prof.busy
-                ],
+                "busy": busy_rows(prof),
                 "nestc_files": files,
                 **(extra or {}),
             }
@@ -377,7 +383,9 @@ def _render(
         return
     console.print(
         f"{len(g.compute_nodes)} nodes, {prof.signatures} distinct signatures; "
-        f"{prof.measured} timed, {prof.reused} reused from the store; {prof.wall_s:.1f} s"
+        f"{prof.measured} timed"
+        + (f" ({prof.again} again: stored while the machine was busy)" if prof.again else "")
+        + f", {prof.reused} reused from the store; {prof.wall_s:.1f} s"
     )
     if prof.group_signatures:
         console.print(

@@ -28,7 +28,13 @@ from partuner.cli.common import (
     skip_unavailable_option,
     units_option,
 )
-from partuner.cli.stages import corrections_cli, load_units_cli, profile_cli, unit_summary
+from partuner.cli.stages import (
+    busy_rows,
+    corrections_cli,
+    load_units_cli,
+    profile_cli,
+    unit_summary,
+)
 from partuner.errors import PartunerError
 
 
@@ -175,6 +181,8 @@ def tune_cmd(
             "signatures": prof.signatures,
             "measured": prof.measured,
             "reused": prof.reused,
+            "timed_again": prof.again,
+            "busy": busy_rows(prof),
             "wall_s": prof.wall_s,
             "units": unit_summary(prof),
         },

@@ -58,6 +58,11 @@ def corrections_cli(graph: Any, units: Any, db: str | None) -> dict[str, float]:
         return load_calibration(store, graph, units)
 
 
+def busy_rows(profile: Any) -> list[dict[str, Any]]:
+    """The profile's rows in use that were timed on a busy machine, for ``--json``."""
+    return [{"unit": u, "what": w, "other_load": x} for u, w, x in profile.busy]
+
+
 def unit_summary(profile: Any) -> list[dict[str, Any]]:
     rows = []
     for name, up in profile.units.items():

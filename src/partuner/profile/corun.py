@@ -155,12 +155,21 @@ def measure_corun(
             )
     high = {n: f for n, f in out.items() if f >= BUSY_FACTOR}
     if high:
+        loads = [r.load for r in rows.values() if r is not None and r.load is not None]
+        load = max(loads, default=None)
+        then = (
+            f"other work took {load:.0%} of the machine's cores while it was timed: the next "
+            "profiling run times it again"
+            if is_busy(load)
+            else "it is stored and reused; if the machine was busy then, time it again with "
+            "`partuner profile MODEL --corun-again` (and the same --units)"
+        )
         log.warning(
             "units slowed each other by %s when timed side by side: more than sharing caches "
             "and memory costs (a few per cent), as when other work runs on the machine; streams "
-            "are planned with it (it is stored and reused): if the machine was busy then, time "
-            "it again with `partuner profile MODEL --units FILE --corun-again`",
+            "are planned with it; %s",
             ", ".join(f"{n} x{f:.2f}" for n, f in sorted(high.items())),
+            then,
         )
     return out
 

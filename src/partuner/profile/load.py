@@ -23,13 +23,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from partuner.profile.store import OK, Measurement
+from partuner.profile.store import BUSY_SHARE, OK, Measurement
 
 __all__ = ["BUSY_SHARE", "SPAN_S", "LoadMeter", "is_busy", "time_again", "warn_busy"]
 
-#: a row timed while other work took more than this share of all cores' time is "busy": used
-#: (it is the best there is) but timed again by the next profiling run
-BUSY_SHARE = 0.25
 
 #: the shortest window a share is computed over (clock ticks are 10 ms)
 SPAN_S = 0.25
@@ -142,10 +139,10 @@ def warn_busy(
     for unit, rows in by_unit.items():
         names = sorted({w for w, _ in rows})
         log.warning(
-            "unit %s: %d measurement(s) in use (%s%s) were timed while other work took up to "
+            "%s: %d measurement(s) in use (%s%s) were timed while other work took up to "
             "%.0f%% of the machine's cores; the next profiling run times them again: profile "
             "on a quiet machine for costs plans can trust",
-            unit,
+            f"units {unit.replace('/', ', ')}" if "/" in unit else f"unit {unit}",
             len(rows),
             ", ".join(names[:3]),
             ", ..." if len(names) > 3 else "",

@@ -190,6 +190,7 @@ class Profile:
     # (unit, what, share): rows in use that were timed while other work took more than
     # BUSY_SHARE of the machine's cores (timed again by the next profiling run)
     busy: list[tuple[str, str, float]] = field(default_factory=list)
+    again: int = 0  # of ``measured``: rows stored while the machine was busy, timed again
 
     def link(self, a: str, b: str) -> Link:
         return self.links.get((a, b)) or self.links[(b, a)]
@@ -218,7 +219,8 @@ def _label(sig: str) -> str:
     if head == OVERHEAD_SIG:
         return "the call overhead"
     if head == "__chain__":
-        return f"the model cut in {rest.split('#')[1].lstrip('k')} chunk(s)"
+        k = rest.split("#")[1].lstrip("k")
+        return "the whole model" if k == "1" else f"the model cut in {k} chunks"
     if head == "__layers__":
         return "the per-layer profile"
     if head == "__wake__":
@@ -324,6 +326,8 @@ def profile_model(
     meter = LoadMeter()
     meter.read()
     busy: list[tuple[str, str, float]] = []
+    again = 0  # rows stored while the machine was busy, timed again
+    shown: dict[str, str] = {}  # unit measured -> the units sharing its rows, for warnings
 
     def tick(what: str) -> None:
         nonlocal done
@@ -334,7 +338,7 @@ def profile_model(
     def lookup(
         unit: Unit, fp: str, sig: str, make: Callable[[], Measurement], can_time: bool, label: str
     ) -> Measurement | None:
-        nonlocal measured, reused
+        nonlocal measured, reused, again
         m = store.get(fp, sig) if store is not None else None
         if m is not None and _reusable(m, can_time) and not (can_time and is_busy(m.load)):
             reused += 1
@@ -342,12 +346,13 @@ def profile_model(
             missing.append((unit.name, sig))
             return None
         else:
+            again += m is not None and m.status == OK  # stored while the machine was busy
             m, new = time_again(m, make, meter)
             measured += 1
             if store is not None and new:
                 store.put(fp, sig, m, description=str(unit.describe()))
         if m.status == OK and is_busy(m.load):
-            busy.append((unit.name, label or _label(sig), m.load or 0.0))
+            busy.append((shown.get(unit.name, unit.name), label or _label(sig), m.load or 0.0))
         if m.status == FAILED and not sig.startswith("__region__"):  # regions.py says why
             log.warning(
                 "unit %s: timing %s failed (%s); it counts as unable to run it in this profile "
@@ -369,6 +374,7 @@ def profile_model(
         local = [n for n in names if n not in remote]
         can_time = bool(local)
         unit = active[(local or names)[0]]
+        shown[unit.name] = "/".join(names)
 
         def look(
             sig: str,
@@ -553,6 +559,7 @@ def profile_model(
         links_measured=lp.measured,
         remote=remote,
         busy=warn_busy(busy, log),
+        again=again,
     )
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from partuner.errors import ProfileError
 
 __all__ = [
+    "BUSY_SHARE",
     "FAILED",
     "NET",
     "OK",
@@ -82,6 +83,10 @@ CREATE TABLE IF NOT EXISTS conditions (
 
 #: a row's status: timed; the unit cannot run the item (for good); timing it failed (retried)
 OK, UNSUPPORTED, FAILED = "ok", "unsupported", "failed"
+
+#: a row timed while other work took more than this share of all cores' time is "busy": used
+#: (it is the best there is) but timed again by the next profiling run (profile/load.py)
+BUSY_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -380,13 +385,20 @@ class ProfileStore:
 
     def summary(self) -> list[dict[str, object]]:
         """Per unit fingerprint: the unit's name (``unit``) and ``backend`` as described when
-        measured, rows, rows the unit cannot run (``unsupported``) and rows whose timing failed
-        (``failed``, retried by the next profiling run)."""
+        measured, rows, rows the unit cannot run (``unsupported``), rows whose timing failed
+        (``failed``, retried by the next profiling run) and rows timed while other work took
+        more than :data:`BUSY_SHARE` of the machine's cores (``busy``, likewise)."""
         with self._guard():
+            busy = (
+                "(SELECT COUNT(*) FROM conditions c WHERE c.fingerprint = m.fingerprint "
+                f"AND c.other_load > {BUSY_SHARE})"
+                if self._conditions
+                else "0"
+            )
             rows = self._db.execute(
                 "SELECT m.fingerprint, COALESCE(u.description, ''), COUNT(*), "
                 "SUM(m.status NOT IN ('ok', 'failed')), SUM(m.status = 'failed'), "
-                "MAX(m.created) FROM measurements m "
+                f"MAX(m.created), {busy} FROM measurements m "
                 "LEFT JOIN units u ON u.fingerprint = m.fingerprint GROUP BY m.fingerprint"
             ).fetchall()
         return [
@@ -396,6 +408,7 @@ class ProfileStore:
                 "rows": r[2],
                 "unsupported": r[3] or 0,
                 "failed": r[4] or 0,
+                "busy": r[6] or 0,
                 "last": r[5],
             }
             for r in rows
