@@ -67,17 +67,18 @@ def test_a_short_window_is_judged_by_the_quarter_second_before_it(monkeypatch):
     assert meter.share(start) == pytest.approx(0.6 / (0.305 * 2))
 
 
-def test_too_short_a_history_is_unknown_not_a_guess(monkeypatch):
+def test_a_run_s_first_rows_wait_for_half_the_span_and_no_stat_is_unknown(monkeypatch):
     c = _Clock(monkeypatch)
+    monkeypatch.setattr(load_mod.time, "sleep", lambda s: c.spend(s, ours=0.0, others=2 * s))
     meter = LoadMeter()
     start = meter.read()
-    c.spend(0.01, ours=0.01, others=0.02)
-    assert meter.share(start) is None
+    c.spend(0.01, ours=0.01, others=0.0)  # 10 ms: then 115 ms more, both cores busy elsewhere
+    assert meter.share(start) == pytest.approx(0.23 / (0.125 * 2))
     monkeypatch.setattr(load_mod, "_machine", lambda: None)  # no /proc/stat
     meter = LoadMeter()
     start = meter.read()
     c.spend(1.0, ours=1.0, others=1.0)
-    assert meter.share(start) is None
+    assert meter.share(start) is None and not meter.works
 
 
 def test_the_real_meter_sees_other_processes_spin():
@@ -219,3 +220,29 @@ def test_tune_says_when_its_measurements_ran_on_a_busy_machine(tmp_path, monkeyp
     warned = [r for r in caplog.records if "while the plan and its baselines ran" in r.message]
     assert busy.other_load == 0.6 and len(warned) == 1
     assert "60%" in warned[0].getMessage()
+
+
+def test_rows_from_before_loads_were_noted_are_timed_again_once(tmp_path, cpu_units, monkeypatch):
+    import dataclasses
+
+    from partuner.profile.signature import node_signature
+
+    graph = load_model(_tiny())
+    db = tmp_path / "p.db"
+    monkeypatch.setattr(LoadMeter, "share", lambda self, since: 0.05)
+    with ProfileStore(db) as store:
+        first = profile_model(graph, cpu_units, store=store, budget_s=0.01, layers=False)
+        fp = first.units["cpu"].fingerprint
+        sig = node_signature(graph, graph.compute_nodes[0])
+        row = store.get(fp, sig)
+        store.put(fp, sig, dataclasses.replace(row, load=None))  # as an older partuner wrote it
+        blind = load_mod._machine
+        monkeypatch.setattr(load_mod, "_machine", lambda: None)  # where loads cannot be read
+        kept = profile_model(graph, cpu_units, store=store, budget_s=0.01, layers=False)
+        monkeypatch.setattr(load_mod, "_machine", blind)
+        second = profile_model(graph, cpu_units, store=store, budget_s=0.01, layers=False)
+        assert store.get(fp, sig).load == pytest.approx(0.05)
+        third = profile_model(graph, cpu_units, store=store, budget_s=0.01, layers=False)
+    assert kept.measured == 0
+    assert second.measured == 1 and second.again == 1
+    assert third.measured == 0

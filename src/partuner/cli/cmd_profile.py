@@ -384,7 +384,11 @@ def _render(
     console.print(
         f"{len(g.compute_nodes)} nodes, {prof.signatures} distinct signatures; "
         f"{prof.measured} timed"
-        + (f" ({prof.again} again: stored while the machine was busy)" if prof.again else "")
+        + (
+            f" ({prof.again} again: stored from a busy machine or before loads were noted)"
+            if prof.again
+            else ""
+        )
         + f", {prof.reused} reused from the store; {prof.wall_s:.1f} s"
     )
     if prof.group_signatures:

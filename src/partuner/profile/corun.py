@@ -50,7 +50,7 @@ import numpy as np
 
 from partuner.export.cut import cut_nodes
 from partuner.graph import ModelGraph
-from partuner.profile.load import LoadMeter, is_busy
+from partuner.profile.load import LoadMeter, is_busy, stale
 from partuner.profile.measure import failure, random_feeds
 from partuner.profile.regions import supported_regions
 from partuner.profile.store import OK, Measurement, ProfileStore
@@ -130,8 +130,10 @@ def measure_corun(
     rows = {n: store.get(fingerprints[n], key[n]) if store is not None else None for n in names}
     stored = all(r is not None and r.status == OK for r in rows.values())
     was = max((r.load for r in rows.values() if r is not None and r.load is not None), default=0)
-    if again or not stored or is_busy(was):  # a factor timed on a busy machine: timed again
-        meter = LoadMeter()
+    meter = LoadMeter()
+    meter.read()
+    old = stored and any(stale(r, meter) for r in rows.values() if r is not None)
+    if again or not stored or old:  # timed on a busy machine, or before loads were noted
         start = meter.read()
         new = _measure(graph, units, budget_s)
         load = meter.share(start)

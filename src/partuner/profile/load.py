@@ -8,9 +8,9 @@ processes it waited for), so that what *other* work took over a window is their 
 
 ``/proc/stat`` counts in clock ticks (10 ms), so a window is stretched back to at least
 :data:`SPAN_S` over the readings taken before it (a row timed in 5 ms is judged by the
-quarter-second before it ended; early in a run, by at least half that); where no such reading
-exists, or the file cannot be read (not Linux), the share is unknown (``None``), never a
-guess.
+quarter-second before it ended; the first rows of a run wait until half that has passed since
+the meter's first reading); where the file cannot be read (not Linux), the share is unknown
+(``None``), never a guess.
 """
 
 from __future__ import annotations
@@ -23,9 +23,17 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from partuner.profile.store import BUSY_SHARE, OK, Measurement
+from partuner.profile.store import BUSY_SHARE, NET, OK, Measurement
 
-__all__ = ["BUSY_SHARE", "SPAN_S", "LoadMeter", "is_busy", "time_again", "warn_busy"]
+__all__ = [
+    "BUSY_SHARE",
+    "SPAN_S",
+    "LoadMeter",
+    "is_busy",
+    "stale",
+    "time_again",
+    "warn_busy",
+]
 
 
 #: the shortest window a share is computed over (clock ticks are 10 ms)
@@ -41,6 +49,15 @@ def is_busy(load: float | None) -> bool:
     (True, False, False)
     """
     return load is not None and load > BUSY_SHARE
+
+
+def stale(m: Measurement, meter: LoadMeter) -> bool:
+    """Whether a stored ``ok`` row is to be timed again where its unit is here: it was timed on
+    a busy machine, or by a partuner that did not note the load (once: the new timing notes
+    it; not where this machine's load cannot be read)."""
+    if m.status != OK:
+        return False
+    return is_busy(m.load) or (m.load is None and meter.works and not m.detail.startswith(NET))
 
 
 def _machine() -> tuple[float, int] | None:
@@ -78,6 +95,11 @@ class LoadMeter:
         self._readings: deque[tuple[float, float, float]] = deque(maxlen=4096)
         self._cores = 1
 
+    @property
+    def works(self) -> bool:
+        """Whether this machine's load can be read here (``/proc/stat``)."""
+        return bool(self._readings)
+
     def read(self) -> float:
         """Take a reading now; returns its time (``time.monotonic()``) to pass to
         :meth:`share`."""
@@ -102,10 +124,13 @@ class LoadMeter:
             if r[0] <= start_by:
                 first = r
                 break
-        if first is None and end[0] - self._readings[0][0] >= SPAN_S / 2:
-            first = self._readings[0]  # early in a run: what there is, if long enough
-        if first is None:
-            return None
+        if first is None:  # early in a run: from the first reading, at least SPAN_S / 2 long
+            first = self._readings[0]
+            wait = SPAN_S / 2 - (end[0] - first[0])
+            if wait > 0:
+                time.sleep(wait)
+                self.read()
+                end = self._readings[-1]
         wall = end[0] - first[0]
         if wall <= 0:
             return None

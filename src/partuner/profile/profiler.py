@@ -52,7 +52,7 @@ from partuner.profile.groups import (
     group_signature,
 )
 from partuner.profile.layers import LayerMap, layer_row, map_layers, read_layers
-from partuner.profile.load import LoadMeter, is_busy, time_again, warn_busy
+from partuner.profile.load import LoadMeter, is_busy, stale, time_again, warn_busy
 from partuner.profile.measure import overhead_model, random_feeds, time_model
 from partuner.profile.outputs import measure_outputs
 from partuner.profile.regions import PlanFit, RegionCosts, RegionStat, profile_regions
@@ -190,7 +190,7 @@ class Profile:
     # (unit, what, share): rows in use that were timed while other work took more than
     # BUSY_SHARE of the machine's cores (timed again by the next profiling run)
     busy: list[tuple[str, str, float]] = field(default_factory=list)
-    again: int = 0  # of ``measured``: rows stored while the machine was busy, timed again
+    again: int = 0  # of ``measured``: rows stored busy or before loads were noted, timed again
 
     def link(self, a: str, b: str) -> Link:
         return self.links.get((a, b)) or self.links[(b, a)]
@@ -340,13 +340,13 @@ def profile_model(
     ) -> Measurement | None:
         nonlocal measured, reused, again
         m = store.get(fp, sig) if store is not None else None
-        if m is not None and _reusable(m, can_time) and not (can_time and is_busy(m.load)):
+        if m is not None and _reusable(m, can_time) and not (can_time and stale(m, meter)):
             reused += 1
         elif not can_time:
             missing.append((unit.name, sig))
             return None
         else:
-            again += m is not None and m.status == OK  # stored while the machine was busy
+            again += m is not None and m.status == OK  # stored busy, or before loads were noted
             m, new = time_again(m, make, meter)
             measured += 1
             if store is not None and new:

@@ -44,7 +44,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from partuner.profile.load import LoadMeter, is_busy, time_again
+from partuner.profile.load import LoadMeter, is_busy, stale, time_again
 from partuner.profile.measure import failure, time_model
 from partuner.profile.store import FAILED, Measurement, ProfileStore
 from partuner.units import Link, Unit, UnitSet
@@ -394,7 +394,9 @@ def profile_links(
             fa, fb = fingerprints[a], fingerprints[b]
             rows = None if ua.modeled or ub.modeled else stored_rows(store, fa, fb, sizes)
             here = not (ua.modeled or ub.modeled) and {a, b} <= local
-            old = rows if rows is not None and here and is_busy(_busiest(rows)) else None
+            stale_rows = rows is not None and here and meter.works
+            stale_rows = stale_rows and (is_busy(_busiest(rows)) or _busiest(rows) is None)
+            old = rows if stale_rows else None  # timed busy, or before loads were noted
             if (rows is None or old is not None) and here:
                 if hand is None:
                     hand = _noting_load(meter, lambda: handoff(sizes))
@@ -432,7 +434,7 @@ def profile_links(
             if set(ua.cores or ()) & set(ub.cores or ()):  # never at once: a pool switch
                 key = switch_signature(fa, fb)
                 sw = switches.get(key) or (store.get(*key) if store is not None else None)
-                busy_sw = sw if sw is not None and is_busy(sw.load) else None
+                busy_sw = sw if sw is not None and stale(sw, meter) else None
                 if sw is not None and sw.status == FAILED and key not in switches:
                     sw = None  # a failed timing is timed again
                 if (sw is None or busy_sw is not None) and key not in switches and here:
