@@ -11,24 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
-from onnx import TensorProto, helper
 
 from partuner.graph import load_model
 from partuner.profile import Measurement, ProfileStore, profile_model
 from partuner.profile import load as load_mod
 from partuner.profile.load import LoadMeter, time_again
 from partuner.units import load_units
-
-
-def _tiny():
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])
-    nodes = [
-        helper.make_node("Relu", ["x"], ["a"], name="r"),
-        helper.make_node("Sigmoid", ["a"], ["y"], name="s"),
-    ]
-    g = helper.make_graph(nodes, "tiny", [x], [y])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+from test_hardening_store import _tiny
 
 
 class _Clock:
@@ -127,6 +116,11 @@ def test_store_keeps_the_load_and_forgets_it_when_a_row_is_replaced(tmp_path):
         c.execute("INSERT INTO conditions VALUES ('fp', 'a', 7.0)")
     with ProfileStore(db) as s:
         assert s.get("fp", "a").load is None and s.get("fp", "a").median_us == 3.0
+        assert s.summary()[0]["busy"] == 0  # nor is it counted busy
+        s.put("fp", "b", Measurement(5.0, 4.0, 6.0, 10, load=0.6))
+        failed = Measurement(math.inf, math.inf, math.inf, 0, "failed", "RuntimeError", 0.9)
+        s.put("fp", "c", failed)
+        assert s.summary()[0]["busy"] == 1  # ok rows only
 
 
 def test_time_again_replaces_a_busy_row_only_with_a_quieter_timing(monkeypatch):
@@ -159,7 +153,7 @@ def test_rows_timed_on_a_busy_machine_are_warned_of_and_timed_again(
     with ProfileStore(db) as store, caplog.at_level(logging.WARNING):
         first = profile_model(graph, cpu_units, store=store, budget_s=0.01, layers=False)
     assert {u for u, _, _ in first.busy} == {"cpu"}
-    assert {w for _, w, _ in first.busy} >= {"r", "s", "the call overhead"}
+    assert {w for _, w, _ in first.busy} >= {"n0_relu", "n1_sigmoid", "the call overhead"}
     warned = [
         r.getMessage() for r in caplog.records if "other work took up to 80%" in r.getMessage()
     ]
@@ -246,3 +240,42 @@ def test_rows_from_before_loads_were_noted_are_timed_again_once(tmp_path, cpu_un
     assert kept.measured == 0
     assert second.measured == 1 and second.again == 1
     assert third.measured == 0
+
+
+def test_a_ray_node_returns_the_known_rows_it_timed_again(tmp_path, cpu_units, monkeypatch):
+    """A node profiles with the rows the driver knows; a known row it times again (stored
+    before loads were noted) comes back with the new ones, the others do not."""
+    import dataclasses
+
+    from partuner.profile.fleet import _known, _profile_here
+    from partuner.profile.signature import node_signature
+
+    model = _tiny()
+    graph = load_model(model)
+    monkeypatch.setattr(LoadMeter, "share", lambda self, since: 0.05)
+    settings = {"budget_s": 0.01, "calibrate": False, "layers": False}
+    with ProfileStore(tmp_path / "p.db") as store:
+        profile_model(graph, cpu_units, store=store, **settings)
+        fp = cpu_units["cpu"].fingerprint()
+        sig = node_signature(graph, graph.compute_nodes[0])
+        store.put(fp, sig, dataclasses.replace(store.get(fp, sig), load=None))
+        known = _known(store, fp)
+    back = _profile_here(cpu_units["cpu"], model.SerializeToString(), settings, known)
+    assert [s for s, _ in back] == [sig]
+    assert back[0][1][-1] == pytest.approx(0.05)  # its load, noted now
+
+
+def test_busy_rows_of_a_remote_unit_are_not_promised_a_new_timing(tmp_path, cpu_units, monkeypatch):
+    """Rows measured elsewhere (a kit, a Ray node) are read, never timed here: however busy
+    their machine was, no warning says the next run times them again."""
+    graph = load_model(_tiny())
+    monkeypatch.setattr(LoadMeter, "share", lambda self, since: 0.8)
+    with ProfileStore(tmp_path / "p.db") as store:
+        here = profile_model(graph, cpu_units, store=store, budget_s=0.01, layers=False)
+        fp = cpu_units["cpu"].fingerprint()
+        for sig, m in store.rows(fp):
+            store.put("board-fp", sig, m)
+        there = profile_model(
+            graph, cpu_units, store=store, budget_s=0.01, layers=False, remote={"cpu": "board-fp"}
+        )
+    assert here.busy and not there.busy and there.measured == 0

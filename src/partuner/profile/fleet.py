@@ -67,7 +67,8 @@ def _profile_here(
 ) -> list[tuple]:
     """On the node: profile ``model`` on ``unit`` alone in a temporary store holding the rows
     already ``known`` here (node signatures shared with other models, the unit's call and
-    write-out costs), so that only what is new is timed; returns the new rows."""
+    write-out costs), so that only what is new is timed; returns the new rows and the known ones
+    it timed again."""
     import onnx
 
     from partuner.graph import load_model
@@ -79,9 +80,11 @@ def _profile_here(
         with ProfileStore(Path(d) / "rows.db") as st:
             for sig, fields in known:
                 st.put(fp, sig, Measurement(*fields))
-            had = {sig for sig, _ in known}
+            had = dict(known)
             profile_model(graph, UnitSet([unit]), store=st, **settings)
-            return [(sig, tuple(m.__dict__.values())) for sig, m in st.rows(fp) if sig not in had]
+            # new rows, and known ones timed again (stored busy, or before loads were noted)
+            rows = [(sig, tuple(m.__dict__.values())) for sig, m in st.rows(fp)]
+            return [(sig, f) for sig, f in rows if had.get(sig) != f]
 
 
 def _known(store: ProfileStore, fp: str) -> list[tuple]:

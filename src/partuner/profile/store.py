@@ -302,10 +302,16 @@ class ProfileStore:
         self.close()
 
     def get(self, fingerprint: str, signature: str) -> Measurement | None:
+        load = (  # the conditions table, where the store has one (older read-only: none)
+            "(SELECT other_load FROM conditions c WHERE c.fingerprint = m.fingerprint "
+            "AND c.signature = m.signature)"
+            if self._conditions
+            else "NULL"
+        )
         with self._guard():
             row = self._db.execute(
-                "SELECT median_us, p10_us, p90_us, count, status, detail FROM measurements "
-                "WHERE fingerprint=? AND signature=?",
+                f"SELECT median_us, p10_us, p90_us, count, status, detail, {load} "
+                "FROM measurements m WHERE fingerprint=? AND signature=?",
                 (fingerprint, signature),
             ).fetchone()
         if row is None:
@@ -323,17 +329,8 @@ class ProfileStore:
                 f"(unit fingerprint {fingerprint}): {[row[0], row[4]]!r}; was it edited by "
                 "hand? pass another --db to profile again (nothing was deleted)"
             )
-        cond = None
-        if self._conditions:
-            with self._guard():
-                cond = self._db.execute(
-                    "SELECT other_load FROM conditions WHERE fingerprint=? AND signature=?",
-                    (fingerprint, signature),
-                ).fetchone()
-        load = cond[0] if cond is not None and isinstance(cond[0], int | float) else None
-        if load is not None and not 0 <= load <= 1:
-            load = None
-        return Measurement(*times, row[3] or 0, row[4], row[5] or "", load)
+        share = row[6] if isinstance(row[6], int | float) and 0 <= row[6] <= 1 else None
+        return Measurement(*times, row[3] or 0, row[4], row[5] or "", share)
 
     def put(self, fingerprint: str, signature: str, m: Measurement, description: str = "") -> None:
         """Store one measurement and commit at once (an error leaves every earlier row)."""
@@ -390,8 +387,10 @@ class ProfileStore:
         more than :data:`BUSY_SHARE` of the machine's cores (``busy``, likewise)."""
         with self._guard():
             busy = (
-                "(SELECT COUNT(*) FROM conditions c WHERE c.fingerprint = m.fingerprint "
-                f"AND c.other_load > {BUSY_SHARE})"
+                "SUM(m.status = 'ok' AND EXISTS (SELECT 1 FROM conditions c "
+                "WHERE c.fingerprint = m.fingerprint AND c.signature = m.signature "
+                "AND typeof(c.other_load) IN ('real', 'integer') "
+                f"AND c.other_load > {BUSY_SHARE} AND c.other_load <= 1))"
                 if self._conditions
                 else "0"
             )
