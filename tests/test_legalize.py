@@ -83,8 +83,38 @@ def test_convert_opset_keeps_results(branchy):
     assert branchy.model.opset_import[0].version == 17  # the argument is untouched
     with pytest.raises(InvalidModelError, match="out of range; use 7 to"):
         convert_opset(branchy.model, 99)
-    with pytest.raises(InvalidModelError, match="from opset 17 to 13: No Adapter"):
-        convert_opset(branchy.model, 13)
+    # onnx's converter has no adapter from Relu-14 to 13 (14 only added bfloat16): the
+    # schema step keeps the nodes, the results stay the same
+    for v in (13, 11):
+        old = convert_opset(branchy.model, v)
+        assert [o.version for o in old.opset_import if o.domain == ""] == [v]
+        onnx.checker.check_model(old, full_check=True)
+        got = _run(old, feeds)
+        for k in ref:
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-6, atol=1e-6)
+
+
+def _one_node(op: str, dtype: int, opset: int, **attrs) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", dtype, [1, 1, 5, 5])
+    y = helper.make_tensor_value_info("y", dtype, None)
+    node = helper.make_node(op, ["x"], ["y"], name="n", **attrs)
+    return helper.make_model(
+        helper.make_graph([node], "one", [x], [y]), opset_imports=[helper.make_opsetid("", opset)]
+    )
+
+
+def test_convert_opset_down_refuses_what_the_older_op_cannot_do():
+    # Relu takes integers from opset 14 on only
+    with pytest.raises(InvalidModelError, match=r"from opset 17 to 13: .*node 'n'.*tensor\(int32\)"):
+        convert_opset(_one_node("Relu", TensorProto.INT32, 17), 13)
+    # MaxPool's ceil_mode came at opset 10: dropped only when it is the default (0)
+    pool = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    plain = convert_opset(_one_node("MaxPool", TensorProto.FLOAT, 17, ceil_mode=0, **pool), 9)
+    assert [a.name for a in plain.graph.node[0].attribute] == ["kernel_shape", "strides"]
+    x = {"x": np.arange(25, dtype=np.float32).reshape(1, 1, 5, 5)}
+    assert _run(plain, x)["y"].shape == (1, 1, 2, 2)
+    with pytest.raises(InvalidModelError, match="'ceil_mode' does not exist at opset 9"):
+        convert_opset(_one_node("MaxPool", TensorProto.FLOAT, 17, ceil_mode=1, **pool), 9)
 
 
 def test_fold_constants_and_remove_unused_initializers():
@@ -277,7 +307,15 @@ def test_export_cli_legalizer_options(tmp_path, branchy, branchy_file):
     got = _chain(out, man, feeds)
     ref = _run(branchy.model, feeds)
     np.testing.assert_allclose(got["output"], ref["output"], rtol=1e-5, atol=1e-5)
+    old = out.parent / "opset13"  # below Relu-14, which onnx's converter has no adapter for
     r = CliRunner().invoke(
-        main, ["export", str(branchy_file), "--plan", str(plan), "-o", str(out), "--opset", "13"]
+        main, ["export", str(branchy_file), "--plan", str(plan), "-o", str(old), "--opset", "13"]
     )
-    assert r.exit_code == 2 and "No Adapter" in r.output
+    assert r.exit_code == 0, r.output
+    man = json.loads((old / "manifest.json").read_text())
+    assert {p["legalize"]["opset"]["to"] for p in man["partitions"]} == {13}
+    np.testing.assert_allclose(_chain(old, man, feeds)["output"], ref["output"], rtol=1e-5)
+    r = CliRunner().invoke(
+        main, ["export", str(branchy_file), "--plan", str(plan), "-o", str(out), "--opset", "6"]
+    )
+    assert r.exit_code == 2 and "--opset 6 is out of range" in r.output

@@ -27,6 +27,7 @@ from onnx import numpy_helper
 
 from partuner.errors import InvalidModelError
 from partuner.export.cut import PartitionModel, cut, for_unit_ops
+from partuner.export.opset import convert_opset, default_opset
 from partuner.export.planfile import PlanFile, atomic_write, plan_to_dict
 from partuner.export.writer import check_outdir, manifest, move_into, temp_folder
 from partuner.graph import ModelGraph
@@ -54,31 +55,6 @@ def _replace(field: Any, items: list[Any]) -> None:
     """Replace the items of a repeated protobuf field."""
     del field[:]
     field.extend(items)
-
-
-def _default_opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-
-
-def convert_opset(model: onnx.ModelProto, version: int) -> onnx.ModelProto:
-    """The model with its default-domain opset converted to ``version``; raises
-    InvalidModelError when ``version`` is out of range or an op cannot be converted."""
-    newest = onnx.defs.onnx_opset_version()
-    if not 7 <= version <= newest:
-        raise InvalidModelError(f"--opset {version} is out of range; use 7 to {newest}")
-    if _default_opset(model) == version:
-        return copy.deepcopy(model)
-    from onnx import version_converter
-
-    try:
-        return version_converter.convert_version(model, version)
-    except Exception as exc:
-        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        text = text.split("failed: ")[-1].replace("$", "")[:200]  # drop the C++ assertion prefix
-        raise InvalidModelError(
-            f"cannot convert {model.graph.name!r} from opset {_default_opset(model)} to "
-            f"{version}: {text}; choose an opset closer to the model's"
-        ) from None
 
 
 def fold_constants(
@@ -112,7 +88,7 @@ def fold_constants(
                 for v in node.input:
                     if v and v not in known:
                         known[v] = numpy_helper.to_array(inits[v])
-                ev = ReferenceEvaluator(node, opsets={"": _default_opset(m)})
+                ev = ReferenceEvaluator(node, opsets={"": default_opset(m)})
                 results = [
                     np.asarray(r) for r in ev.run(None, {v: known[v] for v in node.input if v})
                 ]
@@ -305,7 +281,7 @@ def legalize(
     model: onnx.ModelProto, options: LegalizeOptions, *, names: NameMap | None = None
 ) -> tuple[onnx.ModelProto, LegalizeReport]:
     """Run the passes ``options`` asks for: opset, folding (+ unused initializers), names."""
-    rep = LegalizeReport(opset_from=_default_opset(model))
+    rep = LegalizeReport(opset_from=default_opset(model))
     m = model
     if options.opset is not None:
         m = convert_opset(m, options.opset)
@@ -317,7 +293,7 @@ def legalize(
     if options.legal_names:
         m, rep.io_names = legalize_names(m, names)
         rep.passes.append("legalize_names")
-    rep.opset_to = _default_opset(m)
+    rep.opset_to = default_opset(m)
     return m, rep
 
 
