@@ -18,7 +18,8 @@ and ``b`` (onnxruntime, 1 thread) placed on them, beside the same units in this 
   measured, outputs checked against the whole batch) against the sum of each node's own
   throughput alone on the batch (the physical limit), for each of ``--batch-models`` (a light
   model, where moving the inputs weighs most, a heavier one, and a real exported one from
-  ../shared when it is there); goal: >= 90 %.
+  ../shared when it is there); goal: >= 90 %. Beside it, the same job on two units in this
+  process pinned to cores 0 and 1 (no Ray): what this machine loses when both cores work.
 
     python benchmarks/ray_bench.py [--model squeezenet] [--batch 64] [--rounds 3] [--quick]
         [--batch-models squeezenet,resnet18,shared:resnet18]
@@ -179,8 +180,18 @@ def batch(address: str, model: str, size: int, b: int, repeat: int) -> dict[str,
     with ProfileStore(db) as store:
         r = evaluate_batch(bm, us, b, store=store, repeat=repeat)
     release(us)
+    # the same job on two units in this process, one core each: what the machine itself loses
+    # when both cores work at once (memory, caches), Ray or not
+    local = units_from_mapping(
+        {"units": {"a": {**ORT, "cores": [0]}, "b": {**ORT, "cores": [1]}}}, "local"
+    )
+    with ProfileStore(temp_dir("partuner-raybench-") / "l.db") as store:
+        here = evaluate_batch(bm, local, b, store=store, repeat=repeat).to_dict()
     d = r.to_dict()
     return {
+        "local": {
+            k: here[k] for k in ("split", "throughput", "physical_limit", "efficiency", "check")
+        },
         "model": bm.name,
         "batch": b,
         "split": d["split"],
@@ -276,10 +287,17 @@ def report(res: dict[str, Any]) -> None:
     )
     res = {**res, "batch": [b for b in res["batch"] if "skipped" not in b]}
     for b in res["batch"]:
+        h = b.get("local")
+        here = (
+            f"units on cores 0 and 1, split {h['split']}: {h['throughput']:.1f} items/s, "
+            f"{h['efficiency']:.0%} of the sum of each alone ({h['physical_limit']:.1f})"
+            if h
+            else "-"
+        )
         print(
-            f"| {b['model']}: batch of {b['batch']} split {b['split']} | sum of each node "
-            f"alone: {b['physical_limit']:.1f} items/s | split: {b['throughput']:.1f} items/s "
-            f"({b['efficiency']:.0%}) |"
+            f"| {b['model']}: batch of {b['batch']} split across two units | {here} | split "
+            f"{b['split']}: {b['throughput']:.1f} items/s, {b['efficiency']:.0%} of the sum of "
+            f"each node alone ({b['physical_limit']:.1f}) |"
         )
     print()
     ok = "met" if p["ratio"] <= GOAL_PROFILE else "NOT met"
@@ -295,7 +313,15 @@ def report(res: dict[str, Any]) -> None:
         f"at B={res['batch'][0]['batch']}: {ok}, {len(met)} of {len(res['batch'])} models "
         f"({got})"
     )
+    here = [b for b in res["batch"] if b.get("local")]
+    if here:
+        got = ", ".join(f"{b['model']} {b['local']['efficiency']:.0%}" for b in here)
+        print(
+            "- the same batch split across two units in this process (one core each, no Ray): "
+            f"{got} of the sum of each alone: what this machine loses when both cores work"
+        )
     checks = [o["chain_local_check"], o["chain_ray_check"], *(b["check"] for b in res["batch"])]
+    checks += [b["local"]["check"]["passed"] for b in here]
     print(f"- outputs checked against the whole model: {'all passed' if all(checks) else 'FAILED'}")
     for b in res["batch"]:
         for n in b["notes"]:

@@ -214,8 +214,9 @@ SUITE = [
         "profiling the model on two units (onnxruntime, two fingerprints) at once, each on its own "
         "node, against one after the other (fresh stores, rounds alternating which goes "
         "first); a batch split across the two nodes by `evaluate_batch` against the sum of "
-        "each node's own throughput on the batch. Outputs checked against the whole model. "
-        "The goal lines are issue 19's.",
+        "each node's own throughput on the batch, beside the same job on two units in this "
+        "process pinned to cores 0 and 1 (no Ray: what the machine itself loses when both "
+        "cores work). Outputs checked against the whole model. The goal lines are issue 19's.",
     ),
     (
         "example",
