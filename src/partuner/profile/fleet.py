@@ -7,7 +7,11 @@ same settings, the backend unit alone, a temporary store there seeded with the r
 stored here for the unit, so that node signatures shared with models profiled before are not
 timed again), and sends the new rows back; they are stored here under the unit's fingerprint
 (the node's, marked ``-ray``), with a row ``__fleet__#<model digest>#<settings>`` saying the
-model was profiled there, so the next run reads them instead of profiling again. Units on one
+model was profiled there and which rows the node timed for it, so the next run reads them
+instead of profiling again, unless one of those rows was timed while other work took the
+node's cores (profile/load.py): the node then profiles the model again, timing such rows again
+and keeping each new timing where the node is quieter than it was (nodes then one after
+another: raylets sharing a machine, as in a local test cluster, disturb each other). Units on one
 node are profiled one after the other (they would disturb each other's timings); different
 nodes at once, so the wall time is about the slowest node's, not the sum. The units then count
 as *remote* for the rest of the profile: read from the store, never timed here through Ray.
@@ -38,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from partuner.graph import ModelGraph
+from partuner.profile.load import is_busy
 from partuner.profile.signature import model_digest
 from partuner.profile.store import FAILED, OK, Measurement, ProfileStore
 from partuner.profile.transfer import fit_link, handoff, put_rows, stored_rows
@@ -119,9 +124,12 @@ def profile_on_nodes(
     fps = {name: u.fingerprint() for name, u in units.items()}
     mark = FLEET_SIG.format(model_digest(graph), _settings_key(settings))
     first: dict[str, RayUnit] = {}  # one unit per fingerprint: identical boards share rows
+    again = False  # a node profiles the model again: rows it timed for it were timed busy
     for name, u in units.items():
-        if store.get(fps[name], mark) is None:
+        done = store.get(fps[name], mark)
+        if done is None or _timed_busy(store, fps[name], done):
             first.setdefault(fps[name], u)
+            again = again or done is not None
     todo = list(first.values())
     if not todo:
         return fps, 0
@@ -143,7 +151,12 @@ def profile_on_nodes(
 
     failure: BaseException | None = None
     got = 0
-    with ThreadPoolExecutor(max_workers=len(by_node), thread_name_prefix="fleet") as pool:
+    # nodes at once; but one after another when some profile again because of busy rows:
+    # nodes sharing a machine (raylets of one host) would otherwise disturb each other again
+    if again:
+        log.info("profiling on the Ray nodes one at a time: rows timed there while busy")
+    workers = 1 if again else len(by_node)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fleet") as pool:
         futs = [pool.submit(one_node, g) for g in by_node.values()]
         try:
             for fut in as_completed(futs):
@@ -156,7 +169,12 @@ def profile_on_nodes(
                     fp, desc = fps[u.name], str(u.describe())
                     for sig, fields in rows:
                         store.put(fp, sig, Measurement(*fields), description=desc)
-                    store.put(fp, mark, Measurement(wall * 1e6, wall * 1e6, wall * 1e6, 1))
+                    # the rows the node timed for the model (and those it timed before), so
+                    # that the next run profiles there again while any of them is busy
+                    timed = sorted({*(sig for sig, _ in rows), *_mark_rows(store.get(fp, mark))})
+                    w = wall * 1e6
+                    detail = json.dumps({"rows": timed})
+                    store.put(fp, mark, Measurement(w, w, w, 1, OK, detail))
                     got += len(rows)
                     if progress is not None:
                         progress(f"{u.name}: profiled on Ray node {u.node()} in {wall:.1f} s")
@@ -167,6 +185,28 @@ def profile_on_nodes(
     if failure is not None:
         raise failure
     return fps, got
+
+
+def _mark_rows(mark: Measurement | None) -> list[str]:
+    """The signatures a fleet mark row says the node timed for its model (none: older marks,
+    or a detail that is not partuner's)."""
+    if mark is None or not mark.detail:
+        return []
+    try:
+        rows = json.loads(mark.detail)["rows"]
+    except (ValueError, TypeError, KeyError):
+        return []
+    return [r for r in rows if isinstance(r, str)] if isinstance(rows, list) else []
+
+
+def _timed_busy(store: ProfileStore, fp: str, mark: Measurement) -> bool:
+    """Whether a row the node timed for the model was timed while other work took the node's
+    cores (profile/load.py): the node profiles the model again, timing those rows again."""
+    for sig in _mark_rows(mark):
+        m = store.get(fp, sig)
+        if m is not None and m.status == OK and is_busy(m.load):
+            return True
+    return False
 
 
 def _per_byte(samples: Mapping[int, list[float]]) -> float:

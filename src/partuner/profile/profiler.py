@@ -351,7 +351,8 @@ def profile_model(
             measured += 1
             if store is not None and new:
                 store.put(fp, sig, m, description=str(unit.describe()))
-        if can_time and m.status == OK and is_busy(m.load):  # remote rows: not timed here
+        # rows of remote units are not timed again here; those of Ray nodes are, there
+        if (can_time or unit.name in fleet) and m.status == OK and is_busy(m.load):
             busy.append((shown.get(unit.name, unit.name), label or _label(sig), m.load or 0.0))
         if m.status == FAILED and not sig.startswith("__region__"):  # regions.py says why
             log.warning(
