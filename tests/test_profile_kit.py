@@ -186,3 +186,23 @@ def test_cli_kit_loop(branchy_file, results, tmp_path):
     assert r.exit_code == 2
     lines = [x for x in r.output.splitlines() if x.strip()]
     assert len(lines) == 1 and "another model" in lines[0]
+
+
+def test_units_shows_the_link_a_kit_measured_between_remote_units(branchy_file, results, tmp_path):
+    db = str(tmp_path / "p.db")
+    args = ["profile", str(branchy_file), "--import", str(results), "--db", db]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    u = tmp_path / "remote.yaml"
+    u.write_text(
+        "units:\n  cpu0: {backend: onnxruntime, remote: true}\n"
+        "  ov: {backend: openvino, remote: true}\n"
+    )
+    r = CliRunner().invoke(main, ["units", "--units", str(u), "--db", db, "--json"])
+    assert r.exit_code == 0, r.output
+    (link,) = json.loads(r.output)["links"]
+    assert link["measured"] and not link["declared"]
+    r = CliRunner().invoke(main, ["units", "--units", str(u), "--db", db])
+    assert "measured by an earlier profiling run, as stored" in r.output
+    r = CliRunner().invoke(main, ["units", "--units", str(u), "--db", str(tmp_path / "none.db")])
+    assert r.exit_code == 0 and "default link" in r.output  # nothing imported there

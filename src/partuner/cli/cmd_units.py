@@ -56,29 +56,42 @@ def _remote_sources(us: Any, db: str | None) -> dict[str, str]:
 
 
 def _stored_links(us: Any, db: str | None, rows: list[dict[str, Any]]) -> dict[frozenset, Any]:
-    """The links between local real units that an earlier profiling run measured and stored
-    (read only: nothing is timed, and no store is created where there is none)."""
+    """The links between real units (local ones, and remote ones whose kit results name one
+    target) that an earlier profiling run measured or a kit import stored (read only: nothing
+    is timed, and no store is created where there is none)."""
     from pathlib import Path
 
     from partuner.profile import ProfileStore, default_db_path
-    from partuner.profile.transfer import profile_links
+    from partuner.profile.remote import find_targets
+    from partuner.profile.transfer import profile_links, stored_sizes
 
     path = Path(db) if db else default_db_path()
-    real = [
-        r["name"]
-        for r in rows
-        if r["available"] and not (r["modeled"] or r["remote"] or r["ray_node"])
-    ]
-    if len(real) < 2 or not path.is_file():
+    real = [r["name"] for r in rows if r["available"] and not (r["modeled"] or r["ray_node"])]
+    remote = [r["name"] for r in rows if r["remote"]]
+    if len(real) + len(remote) < 2 or not path.is_file():
         return {}
     try:
         with ProfileStore(path) as store:
-            fps = {n: us[n].fingerprint() for n in real}
-            found = profile_links(us, real, fps, set(), {}, store)
+            fps = {n: us[n].fingerprint() for n in real if not us[n].remote}
+            for n in remote:  # the target its measurements come from, where there is one
+                pinned = us[n].remote.get("fingerprint")
+                found = [t.fingerprint for t in find_targets(store, us[n])]
+                if pinned or len(found) == 1:
+                    fps[n] = pinned or found[0]
+            names = [n for n in us.units if n in fps]
+            out = {}
+            for i, a in enumerate(names):  # each pair at the sizes it was measured at
+                for b in names[i + 1 :]:
+                    sizes = stored_sizes(store, fps[a], fps[b])
+                    if len(sizes) < 2:
+                        continue
+                    found = profile_links(us, [a, b], fps, set(), {}, store, sizes=sizes)
+                    if found.sources[(a, b)] == "measured":
+                        out[frozenset((a, b))] = found.links[(a, b)]
     except PartunerError as exc:  # a store that cannot be read: the links as declared
         log.warning("the links measured before are not shown: %s", exc)
         return {}
-    return {frozenset(p): link for p, link in found.links.items() if found.sources[p] == "measured"}
+    return out
 
 
 def _cluster(us: Any) -> dict[str, Any] | None:

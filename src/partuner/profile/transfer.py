@@ -343,6 +343,18 @@ def stored_rows(
     return rows
 
 
+def stored_sizes(store: ProfileStore, fp_a: str, fp_b: str) -> tuple[int, ...]:
+    """The sizes the store holds ``ok`` link rows of a fingerprint pair at (a profile or a kit
+    may have used other sizes than :data:`LINK_SIZES`), smallest first."""
+    col, sig = link_signature(fp_a, fp_b, 0)
+    head = sig[: -len("0")]
+    sizes = []
+    for s, m in store.rows(col):
+        if s.startswith(head) and m.status == "ok" and s[len(head) :].isdigit():
+            sizes.append(int(s[len(head) :]))
+    return tuple(sorted(sizes))
+
+
 def put_rows(
     store: ProfileStore | None, fp_a: str, fp_b: str, rows: dict[int, Measurement]
 ) -> None:
