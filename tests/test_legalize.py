@@ -105,7 +105,7 @@ def _one_node(op: str, dtype: int, opset: int, **attrs) -> onnx.ModelProto:
 
 def test_convert_opset_down_refuses_what_the_older_op_cannot_do():
     # Relu takes integers from opset 14 on only
-    with pytest.raises(InvalidModelError, match=r"from opset 17 to 13: .*node 'n'.*tensor\(int32\)"):
+    with pytest.raises(InvalidModelError, match=r"17 to 13: .*node 'n'.*tensor\(int32\)"):
         convert_opset(_one_node("Relu", TensorProto.INT32, 17), 13)
     # MaxPool's ceil_mode came at opset 10: dropped only when it is the default (0)
     pool = {"kernel_shape": [2, 2], "strides": [2, 2]}
@@ -319,3 +319,29 @@ def test_export_cli_legalizer_options(tmp_path, branchy, branchy_file):
         main, ["export", str(branchy_file), "--plan", str(plan), "-o", str(out), "--opset", "6"]
     )
     assert r.exit_code == 2 and "--opset 6 is out of range" in r.output
+
+
+def test_convert_opset_keeps_what_local_functions_compute():
+    """onnx's converter drops a model's local functions: their calls go inline first."""
+    fn = helper.make_function(
+        "local",
+        "MyRelu",
+        ["a"],
+        ["b"],
+        [helper.make_node("Relu", ["a"], ["b"])],
+        [helper.make_opsetid("", 17)],
+    )
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    node = helper.make_node("MyRelu", ["x"], ["y"], name="f", domain="local")
+    model = helper.make_model(
+        helper.make_graph([node], "fn", [x], [y]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+        functions=[fn],
+    )
+    feeds = {"x": np.arange(-3, 3, dtype=np.float32).reshape(2, 3)}
+    for v in (13, 18):
+        got = convert_opset(model, v)
+        assert [n.op_type for n in got.graph.node] == ["Relu"] and not got.functions
+        np.testing.assert_array_equal(_run(got, feeds)["y"], np.maximum(feeds["x"], 0))
+    assert len(model.functions) == 1  # the argument is untouched

@@ -10,8 +10,9 @@ later down to 13 or earlier, the opsets vendor compilers most often ask for, fai
 unchanged: the same op exists there, the node's inputs and outputs fit its counts, every
 attribute exists there (an attribute added later is dropped only when set to its default, the
 older behaviour by ONNX's rule for new attributes), and every input and output type is one the
-older version allows. Anything else names the node and stops. The result is checked with
-``onnx.checker`` (full, with type and shape inference) at the target opset.
+older version allows. Anything else names the node and stops. The converter also drops a
+model's local functions: their calls are inlined first (``onnx.inliner``). The result is checked
+with ``onnx.checker`` (full, with type and shape inference) at the target opset.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def convert_opset(model: onnx.ModelProto, version: int) -> onnx.ModelProto:
         return copy.deepcopy(model)
     from onnx import version_converter
 
+    if model.functions:  # the converter drops local functions: their bodies go inline first
+        model = _inlined(model, source, version)
+
     try:
         return version_converter.convert_version(model, version)
     except Exception as exc:
@@ -86,6 +90,19 @@ def convert_opset(model: onnx.ModelProto, version: int) -> onnx.ModelProto:
     except Exception as exc:
         raise _cannot(model, source, version, _first_line(exc)) from None
     return m
+
+
+def _inlined(model: onnx.ModelProto, source: int, version: int) -> onnx.ModelProto:
+    """``model`` with its local functions' calls replaced by their bodies."""
+    import onnx.inliner
+
+    try:
+        out = onnx.inliner.inline_local_functions(model, convert_version=True)
+    except Exception as exc:
+        why = f"inlining its local functions failed: {_first_line(exc)}"
+        raise _cannot(model, source, version, why) from None
+    del out.functions[:]
+    return out
 
 
 def _cannot(model: onnx.ModelProto, source: int, version: int, why: str) -> InvalidModelError:
