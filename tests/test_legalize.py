@@ -26,6 +26,7 @@ from partuner.export.legalize import (
     legalize_names,
     remove_unused_initializers,
 )
+from partuner.graph import load_model
 from partuner.profile import random_feeds
 
 C_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -115,6 +116,11 @@ def test_convert_opset_down_refuses_what_the_older_op_cannot_do():
     assert _run(plain, x)["y"].shape == (1, 1, 2, 2)
     with pytest.raises(InvalidModelError, match="'ceil_mode' does not exist at opset 9"):
         convert_opset(_one_node("MaxPool", TensorProto.FLOAT, 17, ceil_mode=1, **pool), 9)
+    # dilations came at 10 too, with no default in the schema but all ones in its doc
+    ones = convert_opset(_one_node("MaxPool", TensorProto.FLOAT, 17, dilations=[1, 1], **pool), 9)
+    assert _run(ones, x)["y"].shape == (1, 1, 2, 2)
+    with pytest.raises(InvalidModelError, match="'dilations' does not exist at opset 9"):
+        convert_opset(_one_node("MaxPool", TensorProto.FLOAT, 17, dilations=[2, 2], **pool), 9)
 
 
 def test_fold_constants_and_remove_unused_initializers():
@@ -345,3 +351,50 @@ def test_convert_opset_keeps_what_local_functions_compute():
         assert [n.op_type for n in got.graph.node] == ["Relu"] and not got.functions
         np.testing.assert_array_equal(_run(got, feeds)["y"], np.maximum(feeds["x"], 0))
     assert len(model.functions) == 1  # the argument is untouched
+
+
+def test_convert_opset_turns_constant_clip_bounds_into_attributes():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    six = numpy_helper.from_array(np.array(6.0, np.float32), "six")
+    zero = numpy_helper.from_array(np.array(0.0, np.float32), "zero")
+    node = helper.make_node("Clip", ["x", "zero", "six"], ["y"], name="relu6")
+    model = helper.make_model(
+        helper.make_graph([node], "clip", [x], [y], initializer=[zero, six]),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    feeds = {"x": np.linspace(-4, 10, 6, dtype=np.float32).reshape(2, 3)}
+    old = convert_opset(model, 9)
+    (n,) = old.graph.node
+    assert list(n.input) == ["x"] and {a.name: a.f for a in n.attribute} == {"min": 0.0, "max": 6.0}
+    np.testing.assert_array_equal(_run(old, feeds)["y"], np.clip(feeds["x"], 0, 6))
+    fed = helper.make_model(  # a bound that is also an input may be fed: not a constant
+        helper.make_graph(
+            [node],
+            "clip",
+            [x, helper.make_tensor_value_info("six", TensorProto.FLOAT, [])],
+            [y],
+            initializer=[zero, six],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    with pytest.raises(InvalidModelError, match="node 'relu6': 3 inputs"):
+        convert_opset(fed, 9)
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "googlenet", "mobilenet_v2", "shufflenet_v2"])
+def test_zoo_models_convert_to_opset_11_and_7_or_name_what_stops_them(name):
+    from partuner.graph import zoo
+
+    model = zoo.build(name, image_size=64)
+    g = load_model(model)
+    feeds = random_feeds(g, list(g.inputs))
+    ref = _run(model, feeds)
+    for v in (11, 7):
+        if v == 7 and name in ("squeezenet", "googlenet"):  # MaxPool with ceil_mode: 1
+            with pytest.raises(InvalidModelError, match="'ceil_mode' does not exist at opset 9"):
+                convert_opset(model, v)
+            continue
+        got = _run(convert_opset(model, v), feeds)
+        for k in ref:
+            np.testing.assert_array_equal(got[k], ref[k])

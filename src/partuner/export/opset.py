@@ -10,7 +10,8 @@ later down to 13 or earlier, the opsets vendor compilers most often ask for, fai
 unchanged: the same op exists there, the node's inputs and outputs fit its counts, every
 attribute exists there (an attribute added later is dropped only when set to its default, the
 older behaviour by ONNX's rule for new attributes), and every input and output type is one the
-older version allows. Anything else names the node and stops. The converter also drops a
+older version allows; Clip-11's constant ``min``/``max`` inputs become Clip-6's attributes.
+Anything else names the node and stops. The converter also drops a
 model's local functions: their calls are inlined first (``onnx.inliner``). The result is checked
 with ``onnx.checker`` (full, with type and shape inference) at the target opset.
 """
@@ -145,6 +146,8 @@ def _schema_step(
         for node in g.node:
             if node.domain not in ("", "ai.onnx"):
                 continue
+            if node.op_type == "Clip" and to == 10:
+                _clip_bounds_to_attributes(node, g)
             problem = _fit(node, to + 1, to, types)
             if problem:
                 raise _cannot(
@@ -154,6 +157,30 @@ def _schema_step(
         if o.domain in ("", "ai.onnx"):
             o.version = to
     return m
+
+
+def _clip_bounds_to_attributes(node: onnx.NodeProto, g: onnx.GraphProto) -> None:
+    """Clip-11's ``min``/``max`` inputs, where they are scalar initializers of ``g``, as
+    Clip-6's attributes (ReLU6 in MobileNets); otherwise the node is left for :func:`_fit` to
+    refuse."""
+    from onnx import numpy_helper
+
+    fed = {i.name for i in g.input}  # an initializer that is also an input may be fed
+    inits = {t.name: t for t in g.initializer if t.name not in fed}
+    bounds = list(node.input[1:3])
+    values = {}
+    for key, name in zip(("min", "max"), bounds, strict=False):
+        if not name:
+            continue
+        t = inits.get(name)
+        if t is None or t.data_type != onnx.TensorProto.FLOAT:
+            return
+        v = numpy_helper.to_array(t)
+        if v.size != 1:
+            return
+        values[key] = float(v.reshape(()))
+    del node.input[1:]
+    node.attribute.extend(helper.make_attribute(k, v) for k, v in values.items())
 
 
 def _fit(node: onnx.NodeProto, have: int, to: int, types: dict[str, str]) -> str | None:
@@ -183,7 +210,10 @@ def _fit(node: onnx.NodeProto, have: int, to: int, types: dict[str, str]) -> str
             continue
         spec = new.attributes.get(a.name)
         default = spec.default_value if spec is not None else None
-        if default is None or not default.name or not _same_value(a, default):
+        if default is not None and default.name and _same_value(a, default):
+            continue
+        implicit = _IMPLICIT.get(a.name)
+        if implicit is None or not implicit(helper.get_attribute_value(a)):
             return f"attribute {a.name!r} does not exist at opset {to}"
     kept = {a.name for a in keep}
     missing = [n for n, s in old.attributes.items() if s.required and n not in kept]
@@ -201,6 +231,11 @@ def _fit(node: onnx.NodeProto, have: int, to: int, types: dict[str, str]) -> str
     del node.attribute[:]
     node.attribute.extend(keep)
     return None
+
+
+#: attributes added to an op later whose schema states no default, yet whose doc does: these
+#: values are the older version's behaviour (MaxPool-10's and AveragePool-19's dilations)
+_IMPLICIT = {"dilations": lambda v: isinstance(v, list) and all(x == 1 for x in v)}
 
 
 def _span(schema: onnx.defs.OpSchema, what: str) -> str:
