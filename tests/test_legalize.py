@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 
@@ -380,6 +381,13 @@ def test_convert_opset_turns_constant_clip_bounds_into_attributes():
     )
     with pytest.raises(InvalidModelError, match="node 'relu6': 3 inputs"):
         convert_opset(fed, 9)
+    far = copy.deepcopy(model)  # a bound kept in a file elsewhere is never read
+    t = far.graph.initializer[1]
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    t.external_data.add(key="location", value="/etc/passwd")
+    with pytest.raises(InvalidModelError, match="node 'relu6'"):
+        convert_opset(far, 9)
 
 
 @pytest.mark.parametrize("name", ["squeezenet", "googlenet", "mobilenet_v2", "shufflenet_v2"])

@@ -72,7 +72,7 @@ def _stored_links(us: Any, db: str | None, rows: list[dict[str, Any]]) -> dict[f
         return {}
     try:
         with ProfileStore(path) as store:
-            fps = {n: us[n].fingerprint() for n in real if not us[n].remote}
+            fps = {n: us[n].fingerprint() for n in real}
             for n in remote:  # the target its measurements come from, where there is one
                 pinned = us[n].remote.get("fingerprint")
                 found = [t.fingerprint for t in find_targets(store, us[n])]

@@ -15,7 +15,6 @@ import copy
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from partuner.export.opset import convert_opset, default_opset
 from partuner.export.planfile import PlanFile, atomic_write, plan_to_dict
 from partuner.export.writer import check_outdir, manifest, move_into, temp_folder
 from partuner.graph import ModelGraph
+from partuner.graph.subgraphs import all_graphs
 
 __all__ = ["LegalizeOptions", "LegalizeReport", "NameMap", "legalize", "export_legalized"]
 __all__ += ["convert_opset", "fold_constants", "remove_unused_initializers", "legalize_names"]
@@ -40,15 +40,6 @@ _LEGAL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: ops whose result changes from run to run: never folded
 _RANDOM_OPS = {"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform"}
 _RANDOM_OPS.add("RandomUniformLike")
-
-
-def _graphs(g: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """``g`` and every subgraph nested in its nodes' attributes."""
-    yield g
-    for node in g.node:
-        for a in node.attribute:
-            for sub in [a.g] if a.HasField("g") else list(a.graphs):
-                yield from _graphs(sub)
 
 
 def _replace(field: Any, items: list[Any]) -> None:
@@ -104,7 +95,7 @@ def fold_constants(
                 new_inits.append(numpy_helper.from_array(arr, name))
     if folded:
         _replace(g.node, keep)
-        read = {v for sub in _graphs(g) for n in sub.node for v in n.input}
+        read = {v for sub in all_graphs(g) for n in sub.node for v in n.input}
         g.initializer.extend(t for t in new_inits if t.name in read)  # not intermediates
         made = {t.name for t in new_inits}
         _replace(g.value_info, [vi for vi in g.value_info if vi.name not in made])
@@ -117,7 +108,7 @@ def remove_unused_initializers(model: onnx.ModelProto) -> tuple[onnx.ModelProto,
     m = copy.deepcopy(model)
     g = m.graph
     used = {o.name for o in g.output}
-    for sub in _graphs(g):
+    for sub in all_graphs(g):
         used.update(v for n in sub.node for v in n.input if v)
     dropped = [t.name for t in g.initializer if t.name not in used]
     gone = set(dropped)
@@ -136,7 +127,7 @@ class NameMap:
 
 def _value_names(model: onnx.ModelProto) -> list[str]:
     names: dict[str, None] = {}
-    for g in _graphs(model.graph):
+    for g in all_graphs(model.graph):
         names.update((x.name, None) for x in (*g.input, *g.initializer, *g.output, *g.value_info))
         for n in g.node:
             names.update((v, None) for v in (*n.input, *n.output))
@@ -145,7 +136,7 @@ def _value_names(model: onnx.ModelProto) -> list[str]:
 
 
 def _node_names(model: onnx.ModelProto) -> list[str]:
-    return [n.name for g in _graphs(model.graph) for n in g.node if n.name]
+    return [n.name for g in all_graphs(model.graph) for n in g.node if n.name]
 
 
 def _assign(names: list[str], done: dict[str, str]) -> dict[str, str]:
@@ -196,7 +187,7 @@ def legalize_names(
     nmap = _assign(_node_names(m), dict(given.nodes))
     io = {x.name: vmap.get(x.name, x.name) for x in (*m.graph.input, *m.graph.output)}
 
-    for g in _graphs(m.graph):
+    for g in all_graphs(m.graph):
         for x in (*g.input, *g.initializer, *g.output, *g.value_info):
             x.name = vmap.get(x.name, x.name)
         for n in g.node:

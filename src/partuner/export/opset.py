@@ -19,23 +19,14 @@ with ``onnx.checker`` (full, with type and shape inference) at the target opset.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 
 import onnx
 from onnx import helper
 
 from partuner.errors import InvalidModelError
+from partuner.graph.subgraphs import all_graphs
 
 __all__ = ["convert_opset"]
-
-
-def _graphs(g: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """``g`` and every subgraph nested in its nodes' attributes."""
-    yield g
-    for node in g.node:
-        for a in node.attribute:
-            for sub in [a.g] if a.HasField("g") else list(a.graphs):
-                yield from _graphs(sub)
 
 
 def default_opset(model: onnx.ModelProto) -> int:
@@ -120,7 +111,7 @@ def _value_types(model: onnx.ModelProto) -> dict[str, str]:
     except Exception:  # the final check reports what is wrong
         inferred = model
     out: dict[str, str] = {}
-    for g in _graphs(inferred.graph):
+    for g in all_graphs(inferred.graph):
         for vi in [*g.input, *g.output, *g.value_info]:
             t = vi.type
             if t.HasField("tensor_type") and t.tensor_type.elem_type:
@@ -142,7 +133,7 @@ def _schema_step(
     schema (``why``: the converter's reason for refusing the step)."""
     m = copy.deepcopy(model)
     types = _value_types(m)
-    for g in _graphs(m.graph):
+    for g in all_graphs(m.graph):
         for node in g.node:
             if node.domain not in ("", "ai.onnx"):
                 continue
@@ -173,7 +164,9 @@ def _clip_bounds_to_attributes(node: onnx.NodeProto, g: onnx.GraphProto) -> None
         if not name:
             continue
         t = inits.get(name)
-        if t is None or t.data_type != onnx.TensorProto.FLOAT:
+        # a scalar float stored in the model itself (never read from an external data file)
+        external = t is not None and t.data_location == onnx.TensorProto.EXTERNAL
+        if t is None or external or t.data_type != onnx.TensorProto.FLOAT or any(t.dims):
             return
         v = numpy_helper.to_array(t)
         if v.size != 1:

@@ -1,4 +1,5 @@
-"""Values a node reads through its sub-graphs (``If`` branches, ``Loop`` and ``Scan`` bodies).
+"""Sub-graphs (``If`` branches, ``Loop`` and ``Scan`` bodies): walking them, and the values a
+node reads through them.
 
 A sub-graph may read any value of the graphs around it by name, without listing it among the
 node's inputs. Such a value is an *implicit input* of the node: the node must run after the
@@ -9,9 +10,20 @@ an input. :func:`outer_names` lists them for one node, for the graph's def-use l
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import onnx
 
-__all__ = ["outer_names"]
+__all__ = ["all_graphs", "outer_names"]
+
+
+def all_graphs(g: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``g`` and every sub-graph nested in its nodes' attributes, outermost first."""
+    yield g
+    for node in g.node:
+        for a in node.attribute:
+            for sub in [a.g] if a.HasField("g") else list(a.graphs):
+                yield from all_graphs(sub)
 
 
 def outer_names(node: onnx.NodeProto) -> list[str]:
