@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -65,6 +66,19 @@ def test_the_evaluator_agrees_where_times_tie(p: Problem, seed: int) -> None:
 
 
 @PROPERTY
+@given(
+    p=problems(max_nodes=9, max_units=4),
+    seed=st.integers(0, 1000),
+    factors=st.lists(st.floats(1.0, 2.0), min_size=4, max_size=4),
+)
+def test_the_evaluator_agrees_where_units_slow_each_other(
+    p: Problem, seed: int, factors: list[float]
+) -> None:
+    corun = dict(zip(p.units, factors, strict=False))
+    _check(replace(p, corun=corun), seed)
+
+
+@PROPERTY
 @given(p=costly_problems(), seed=st.integers(0, 1000))
 def test_the_evaluator_agrees_with_boundary_costs_and_fused_groups(p: Problem, seed: int) -> None:
     _check(p, seed)
@@ -103,3 +117,4 @@ def test_the_evaluator_agrees_on_a_zoo_sized_problem() -> None:
         name="zoo-sized",
     )
     _check(p, 0, tries=30)
+    _check(replace(p, corun={"cpu": 1.4, "cpuall": 1.3, "npu0": 1.2}), 1, tries=30)

@@ -126,3 +126,40 @@ def test_json_round_trip_keeps_resources_and_groups():
     assert q.resources == p.resources
     assert q.groups == p.groups
     assert q.default == "cpu1"
+
+
+def test_units_that_slow_each_other_are_charged_where_they_run_at_once():
+    """b and c run at once on cpu0 and cpu1, each slowed by its measured factor; a and d run
+    alone and pay nothing; auto weighs it (one core beats the branches when they slow each
+    other by more than 2x)."""
+    from dataclasses import replace
+
+    plain = two_core()
+    parts = [
+        Partition("p0", "cpu0", ("a",)),
+        Partition("p1", "cpu0", ("b",)),
+        Partition("p2", "cpu1", ("c",)),
+        Partition("p3", "cpu0", ("d",)),
+    ]
+    assert simulate(plain, parts).makespan_us == pytest.approx(30.0)
+    t = simulate(replace(plain, corun={"cpu0": 1.5, "cpu1": 2.0}), parts)
+    assert t.end_us["p0"] == pytest.approx(10.0)  # alone: nothing charged
+    assert t.end_us["p1"] == pytest.approx(25.0)  # beside c all its run: x1.5
+    assert t.end_us["p2"] == pytest.approx(30.0)  # beside b all its run: x2
+    assert t.makespan_us == pytest.approx(40.0)
+    two = Problem(
+        plain.nodes,
+        ["cpu0", "cpu1"],
+        {n: {"cpu0": 10.0, "cpu1": 10.0} for n in plain.nodes},
+        plain.edges,
+        resources={"cpu0": {"core0"}, "cpu1": {"core1"}},
+    )
+
+    def auto(p: Problem) -> list[Partition]:
+        return make_partitions(p, get_scheduler("auto").schedule(p, time_limit=2.0))
+
+    assert simulate(two, auto(two)).makespan_us == pytest.approx(30.0)
+    slow = replace(two, corun={"cpu0": 2.2, "cpu1": 2.2})
+    parts = auto(slow)
+    assert simulate(slow, parts).makespan_us == pytest.approx(40.0)
+    assert len({p.unit for p in parts}) == 1

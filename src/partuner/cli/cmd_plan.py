@@ -129,7 +129,7 @@ def plan_cmd(
             *(g, us, db, quiet or as_json, skip_unavailable),
             fuse=fuse,
             fuse_max=fuse_max,
-            corun=objective == "throughput",
+            corun=True,  # latency plans charge it too (plan/simulate.py)
         )
         problem = build_problem(g, us, prof, corrections_cli(g, us, db))
     problem.validate()

@@ -89,7 +89,7 @@ from partuner.cli.stages import busy_rows, load_units_cli, unit_summary
 @click.option(
     "--corun-again",
     is_flag=True,
-    help="Time the units side by side again (the 'beside others' factor streams are planned "
+    help="Time the units side by side again (the 'beside others' factor plans are charged "
     "with), replacing the stored one: after it was timed while other work ran.",
 )
 @json_option
@@ -424,7 +424,7 @@ def _render(
     if any(r["corun_factor"] is not None for r in summary):
         console.print(
             "beside others: a unit's run time while the other units run theirs at once, over "
-            "its time alone (shared caches and memory; streams are planned with it)"
+            "its time alone (shared caches and memory; plans charge it where units run at once)"
         )
     for r in summary:
         if r["regions"]:

@@ -123,7 +123,7 @@ def tune_cmd(
         *(g, us, db, quiet, skip_unavailable),
         fuse=fuse,
         fuse_max=fuse_max,
-        corun=objective == "throughput",
+        corun=True,  # latency plans charge it too (plan/simulate.py)
     )
     if objective == "throughput":
         _tune_stream(g, us, prof, db, outdir, time_limit, max_latency_ms, frames, as_json, quiet)

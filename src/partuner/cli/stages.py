@@ -26,7 +26,8 @@ def profile_cli(
 ) -> Any:
     """Profile with a progress bar; ``fuse`` holds ``--fuse`` patterns (or ``auto``). Remote
     units (``remote: true`` in the units file) come from the kit results imported into the
-    store, never timed here. ``corun``: measure the units side by side too (streams)."""
+    store, never timed here. ``corun``: measure the units side by side too (what plans
+    charge where units run at once)."""
     from partuner.profile import ProfileStore, parse_pattern, profile_model
     from partuner.profile.remote import resolve_remote
 

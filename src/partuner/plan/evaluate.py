@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from partuner.plan.problem import Problem
-from partuner.plan.simulate import partition_cost
+from partuner.plan.simulate import corun_scales, partition_cost
 
 __all__ = ["Evaluator", "Judged"]
 
@@ -69,6 +69,7 @@ class Evaluator:
         self.b_in = [problem.boundary_us_per_byte.get(u, 0.0) for u in units]
         self.b_out = [problem.boundary_out_us_per_byte.get(u, 0.0) for u in units]
         self.grouped = bool(problem.groups)
+        self.corun = any(f > 1.0 for f in problem.corun.values())
         self.unit_index = uidx
         self.node_index = idx
 
@@ -205,40 +206,56 @@ class Evaluator:
         for (q, p), vals in crossing.items():
             written[q].update(vals)
             reads[p].append((q, sum(vals.values())))
-        last: dict[int, int] = {}
-        end = [0.0] * len(parts)
-        links = self.links
         problem = self.problem
         names = problem.nodes
         units = problem.units
-        makespan = 0.0
+        work = []
         for i, (u, nodes) in enumerate(parts):
+            in_bytes = sum([nbytes for _, nbytes in reads[i]])
+            out_bytes = sum(written[i].values())
+            if self.grouped:
+                w = partition_cost(
+                    problem, units[u], [names[n] for n in nodes], in_bytes, out_bytes
+                )
+            else:
+                w = self.overhead[u] + sum([self.cost[n][u] for n in nodes])
+                w += in_bytes * self.b_in[u]
+                w += out_bytes * self.b_out[u]
+            work.append(w)
+        start, end = self._pass(parts, reads, work)
+        if self.corun:
+            scale = corun_scales(problem, [units[u] for u, _ in parts], start, end)
+            if scale is not None:
+                work = [w * f for w, f in zip(work, scale, strict=True)]
+                start, end = self._pass(parts, reads, work)
+        return max(end, default=0.0)
+
+    def _pass(
+        self,
+        parts: list[tuple[int, list[int]]],
+        reads: list[list[tuple[int, float]]],
+        work: list[float],
+    ) -> tuple[list[float], list[float]]:
+        """Each partition's start and end, in list order, taking ``work``."""
+        last: dict[int, int] = {}
+        start = [0.0] * len(parts)
+        end = [0.0] * len(parts)
+        links = self.links
+        for i, (u, _) in enumerate(parts):
             ready = 0.0
-            in_bytes = 0.0
             for q, nbytes in reads[i]:
                 qu = parts[q][0]
                 a = end[q] + (links[qu][u].transfer_us(nbytes) if qu != u else 0.0)
                 if a > ready:
                     ready = a
-                in_bytes += nbytes
             for r in self.res[u]:
                 q = last.get(r)
                 if q is not None and end[q] > ready:
                     ready = end[q]
                 last[r] = i
-            out_bytes = sum(written[i].values())
-            if self.grouped:
-                work = partition_cost(
-                    problem, units[u], [names[n] for n in nodes], in_bytes, out_bytes
-                )
-            else:
-                work = self.overhead[u] + sum([self.cost[n][u] for n in nodes])
-                work += in_bytes * self.b_in[u]
-                work += out_bytes * self.b_out[u]
-            end[i] = ready + work
-            if end[i] > makespan:
-                makespan = end[i]
-        return makespan
+            start[i] = ready
+            end[i] = ready + work[i]
+        return start, end
 
 
 def _reaches(out: list[set[int]], g: int, targets: set[int]) -> bool:

@@ -127,7 +127,7 @@ class Problem(MemoryModel):
     memory_bytes: dict[str, float] = field(default_factory=dict)
     boundary_out_us_per_byte: dict[str, float] = field(default_factory=dict)
     #: the units timed side by side (profile/corun.py) -> each one's factor (>= 1) on what its
-    #: partitions take while another of them works too: streams only (plan/stream.py)
+    #: partitions take while another of them works too (plan/simulate.py, plan/stream.py)
     corun: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

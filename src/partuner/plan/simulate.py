@@ -5,11 +5,19 @@ in list order too); a partition starts once its unit is free and its inputs from
 have arrived, and is charged its unit's call overhead, a boundary cost per byte it reads from
 other partitions, and its nodes' costs, less the saving of fused groups it runs whole; each value
 crossing between two partitions is moved once.
+
+Units that slow each other down when they work at once (``Problem.corun``: the units the
+profiler timed side by side, profile/corun.py, and each one's factor; cores of one machine
+share caches and memory, and two "cores" of a VM may be one physical core) are charged for it
+(:func:`corun_scales`): a first pass at the plain costs finds how long each such partition runs
+beside partitions of another such lane, and a second pass stretches it by that share of its
+factor. Only costs grow, so every bound on the plain costs stays a bound.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -20,7 +28,15 @@ from partuner.plan.problem import Problem
 if TYPE_CHECKING:
     from partuner.plan.partitions import Partition
 
-__all__ = ["Timing", "crossings", "partition_cost", "simulate", "written"]
+__all__ = [
+    "Timing",
+    "corun_scales",
+    "crossings",
+    "lanes_of",
+    "partition_cost",
+    "simulate",
+    "written",
+]
 
 
 @dataclass(frozen=True)
@@ -45,7 +61,8 @@ def simulate(problem: Problem, partitions: Sequence[Partition]) -> Timing:
     its unit's call overhead, the boundary costs of the bytes it reads from other partitions
     and writes out for them, and its nodes' costs, less the savings of fused groups it runs
     whole. Units that share
-    hardware take turns in list order.
+    hardware take turns in list order; units that slow each other down are charged for it
+    (:func:`corun_scales`, a second pass).
 
     Raises
     ------
@@ -66,6 +83,34 @@ def simulate(problem: Problem, partitions: Sequence[Partition]) -> Timing:
                 after[i].add(last[r])
             last[r] = i
     order = _topological(partitions, after)
+    in_bytes = [sum(sum(crossing.get((q, p), {}).values()) for q in after[p]) for p in order]
+    cost = {
+        p: partition_cost(problem, partitions[p].unit, partitions[p].nodes, b, out_bytes[p])
+        for p, b in zip(order, in_bytes, strict=True)
+    }
+    start, end = _pass(problem, partitions, crossing, after, order, cost)
+    n = range(len(partitions))
+    scale = corun_scales(
+        problem, [pt.unit for pt in partitions], [start[i] for i in n], [end[i] for i in n]
+    )
+    if scale is not None:
+        cost = {p: c * scale[p] for p, c in cost.items()}
+        start, end = _pass(problem, partitions, crossing, after, order, cost)
+    return Timing(
+        start_us={partitions[i].name: start[i] for i in range(len(partitions))},
+        end_us={partitions[i].name: end[i] for i in range(len(partitions))},
+    )
+
+
+def _pass(
+    problem: Problem,
+    partitions: Sequence[Partition],
+    crossing: dict[tuple[int, int], dict[Hashable, float]],
+    after: list[set[int]],
+    order: list[int],
+    cost: dict[int, float],
+) -> tuple[dict[int, float], dict[int, float]]:
+    """Each partition's start and end (µs), in topological ``order``, at ``cost``."""
     start: dict[int, float] = {}
     end: dict[int, float] = {}
     for p in order:
@@ -79,13 +124,80 @@ def simulate(problem: Problem, partitions: Sequence[Partition]) -> Timing:
             )
             ready = max(ready, arrive)
         start[p] = ready
-        in_bytes = sum(sum(crossing.get((q, p), {}).values()) for q in after[p])
-        out = partition_cost(problem, unit, partitions[p].nodes, in_bytes, out_bytes[p])
-        end[p] = ready + out
-    return Timing(
-        start_us={partitions[i].name: start[i] for i in range(len(partitions))},
-        end_us={partitions[i].name: end[i] for i in range(len(partitions))},
-    )
+        end[p] = ready + cost[p]
+    return start, end
+
+
+def lanes_of(problem: Problem, units: Sequence[str]) -> dict[str, int]:
+    """A lane per group of units that pairwise share hardware (first fit, in ``units``'
+    order): the runtime's threads (``Session`` builds its lanes the same way).
+
+    >>> p = Problem(["a"], ["x", "y", "z"], {"a": {"x": 1, "y": 1, "z": 1}},
+    ...             resources={"x": {"c0"}, "y": {"c1"}, "z": {"c0", "c1"}})
+    >>> lanes_of(p, ["z", "x", "y"])
+    {'z': 0, 'x': 0, 'y': 1}
+    """
+    lanes: list[list[str]] = []
+    out: dict[str, int] = {}
+    for u in dict.fromkeys(units):
+        for k, members in enumerate(lanes):
+            if all(problem.resources_of(u) & problem.resources_of(m) for m in members):
+                members.append(u)
+                out[u] = k
+                break
+        else:
+            out[u] = len(lanes)
+            lanes.append([u])
+    return out
+
+
+def corun_scales(
+    problem: Problem, units: Sequence[str], start: Sequence[float], end: Sequence[float]
+) -> list[float] | None:
+    """Per partition (its unit, start and end at the plain costs), the factor on its cost
+    for the units working beside it: ``1 + (factor - 1) * share``, ``share`` the largest part
+    of its run that one other lane of units in ``problem.corun`` works (the factor was timed
+    with every such unit busy, so with three lanes or more it is charged in full where only
+    the busiest other one works); ``None`` where nothing is charged.
+
+    >>> p = Problem(["a", "b"], ["x", "y"], {"a": {"x": 4, "y": 4}, "b": {"x": 4, "y": 4}},
+    ...             edges=[], corun={"x": 1.5, "y": 1.2})
+    >>> corun_scales(p, ["x", "y"], [0.0, 2.0], [4.0, 6.0])
+    [1.25, 1.1]
+    """
+    factor = {u: f for u, f in problem.corun.items() if f > 1.0}
+    if not factor or not any(u in factor for u in units):
+        return None
+    lane = lanes_of(problem, [u for u in units if u in problem.corun])
+    if len(set(lane.values())) < 2:
+        return None
+    spans: dict[int, list[tuple[float, float]]] = {}
+    for u, s, e in zip(units, start, end, strict=True):
+        if u in lane and e > s:
+            spans.setdefault(lane[u], []).append((s, e))
+    for iv in spans.values():
+        iv.sort()
+    firsts = {k: [s for s, _ in iv] for k, iv in spans.items()}
+    scale = [1.0] * len(units)
+    found = False
+    for i, (u, s, e) in enumerate(zip(units, start, end, strict=True)):
+        f = factor.get(u)
+        if f is None or e <= s:
+            continue
+        most = 0.0
+        for k, iv in spans.items():
+            if k == lane[u]:
+                continue
+            j = max(bisect_right(firsts[k], s) - 1, 0)  # a lane's runs never overlap
+            got = 0.0
+            while j < len(iv) and iv[j][0] < e:
+                got += max(0.0, min(e, iv[j][1]) - max(s, iv[j][0]))
+                j += 1
+            most = max(most, got)
+        if most > 0.0:
+            scale[i] = 1.0 + (f - 1.0) * min(1.0, most / (e - s))
+            found = True
+    return scale if found else None
 
 
 def crossings(

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from partuner.plan.problem import Problem
-from partuner.plan.simulate import crossings, partition_cost, simulate, written
+from partuner.plan.simulate import crossings, lanes_of, partition_cost, simulate, written
 
 __all__ = [
     "StreamTiming",
@@ -99,29 +99,6 @@ def stream_loads(problem: Problem, partitions: Sequence) -> dict[str, float]:
         for r in problem.resources_of(part.unit):
             loads[r] = loads.get(r, 0.0) + cost
     return loads
-
-
-def lanes_of(problem: Problem, units: Sequence[str]) -> dict[str, int]:
-    """A lane per group of units that pairwise share hardware (first fit, in ``units``'
-    order): the runtime's threads (``Session`` builds its lanes the same way).
-
-    >>> p = Problem(["a"], ["x", "y", "z"], {"a": {"x": 1, "y": 1, "z": 1}},
-    ...             resources={"x": {"c0"}, "y": {"c1"}, "z": {"c0", "c1"}})
-    >>> lanes_of(p, ["z", "x", "y"])
-    {'z': 0, 'x': 0, 'y': 1}
-    """
-    lanes: list[list[str]] = []
-    out: dict[str, int] = {}
-    for u in dict.fromkeys(units):
-        for k, members in enumerate(lanes):
-            if all(problem.resources_of(u) & problem.resources_of(m) for m in members):
-                members.append(u)
-                out[u] = k
-                break
-        else:
-            out[u] = len(lanes)
-            lanes.append([u])
-    return out
 
 
 def default_frames(n_partitions: int, in_flight: int) -> int:

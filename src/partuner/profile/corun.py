@@ -23,7 +23,8 @@ a stream of minutes meets (the stream benchmark of 2026-11-26 12:37, pooling eve
 1.00-1.15 on 11 of 12 models, 1.48 / 1.33 on one timed in a burst, whose plan then streamed
 4.9 % faster than predicted), so the two rounds at either end are left out. The planner
 scales a unit's partitions in a stream by it, in proportion to the time the other lanes are
-busy (``plan/stream.py``).
+busy (``plan/stream.py``), and in a latency plan each partition by the share of its run that
+another lane works beside it (``plan/simulate.py``: branches run side by side).
 
 Each factor is stored under its unit's fingerprint as ``__corun__#DIGEST#WITH#OWN`` (``WITH``:
 a digest of every participant's fingerprint, op list and cores; ``OWN``: of the unit's own, and
@@ -168,8 +169,8 @@ def measure_corun(
         )
         log.warning(
             "units slowed each other by %s when timed side by side: more than sharing caches "
-            "and memory costs (a few per cent), as when other work runs on the machine; streams "
-            "are planned with it; %s",
+            "and memory costs (a few per cent), as when other work runs on the machine; plans "
+            "are charged with it where units run at once; %s",
             ", ".join(f"{n} x{f:.2f}" for n, f in sorted(high.items())),
             then,
         )

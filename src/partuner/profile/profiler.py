@@ -273,9 +273,9 @@ def profile_model(
     layers : take node costs from the backend's own per-layer profile of the whole model where
         it has one (``calibrate`` must be on); otherwise from the isolated times.
     corun : also measure how much the units slow each other when all work at once
-        (``profile/corun.py``; what streams need; about 6 x (units + 1) x ``budget_s``
-        seconds, at least 12 x (units + 1) x 5 runs of the slowest workload; reused from the
-        store).
+        (``profile/corun.py``; what plans charge where units run at once; about
+        6 x (units + 1) x ``budget_s`` seconds, at least 12 x (units + 1) x 5 runs of the
+        slowest workload; reused from the store).
     corun_again : with ``corun``, time it again even where the store has it (replacing it).
 
     Raises
