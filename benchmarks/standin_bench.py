@@ -8,7 +8,8 @@ figure on them is measured. Per model:
 * **profile** in a fresh store: per unit where its costs come from (``costs_from``); for each
   restricted unit its maximal supported regions, each timed as one call and from the backend's
   per-layer profile (region error = (parts - whole) / whole), and the share of the model's
-  FLOPs it can run;
+  FLOPs it can run; how much the units slow each other side by side (``corun``: plans charge
+  it where they run at once, as ``partuner plan`` does);
 * **plans**: one per registered scheduler (``make_plan``, ``--time-limit`` seconds, 10 by
   default as for a user), ``cpu alone`` (every node on the cpu) and ``static type-based``:
   the ``static`` scheduler with the restricted units first in its priority order, so that each
@@ -138,6 +139,7 @@ def unit_rows(graph, units, prof, npus: list[str]) -> dict[str, Any]:
         row["plan_extra_us"] = up.plan_extra_us  # in per_partition_us (profile/cycle.py)
         row["plan_io_scale"] = up.plan_io_scale  # in the per-byte rates
         row["per_mb_in_out_us"] = [up.boundary_us_per_byte * 1e6, up.boundary_out_us_per_byte * 1e6]
+        row["corun"] = up.corun  # beside the other units (profile/corun.py), None: not timed
         if name in npus:
             can = sum(n.flops for n in graph.compute_nodes if units[name].supports(n, graph))
             row["flops_share"] = can / graph.total_flops if graph.total_flops else 0.0
@@ -216,7 +218,8 @@ def bench_model(key: str, args, work: Path, units, units_path: Path) -> dict[str
     db = work / "profiles.db"
     t0 = time.perf_counter()
     with ProfileStore(db) as store:
-        prof = profile_model(graph, units, store=store)
+        # as `partuner plan` does: the units timed side by side, charged where they run at once
+        prof = profile_model(graph, units, store=store, corun=True)
     profile_s = time.perf_counter() - t0
     problem = build_problem(graph, units, prof)
     names = list(scheduler_names())
@@ -446,8 +449,10 @@ def print_table(results: list[dict[str, Any]]) -> None:
                 f"worst region error {_pct(u['region_error'])}, "
                 f"{u.get('per_partition_us', 0):.0f} us per partition, of which "
                 f"{u.get('plan_extra_us', 0):.0f} as a plan runs its pieces, per-byte costs "
-                f"x{u.get('plan_io_scale', 1.0):.2f})"
+                f"x{u.get('plan_io_scale', 1.0):.2f}"
             )
+            co = [f"{k} x{v['corun']:.2f}" for k, v in res["units"].items() if v.get("corun")]
+            head += f"; beside each other: {', '.join(co)})" if co else ")"
         extra = res.get("modeled_rows")
         for i, r in enumerate(res["rows"] + (extra if isinstance(extra, list) else [])):
             model = head if i == 0 else ""
