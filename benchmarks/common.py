@@ -17,17 +17,23 @@ RESULTS = ROOT / "benchmarks" / "results"
 SHARED_MODELS = ROOT.parent / "shared" / "models"
 
 
+ISA = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
     import numpy
     import onnx
     import onnxruntime
 
-    cpu = platform.processor()
+    cpu, flags = platform.processor(), set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+            if cpu and flags:
                 break
     except OSError:
         pass
@@ -35,6 +41,9 @@ def machine() -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "cpu": cpu,
         "cores": os.cpu_count(),
+        # the vector units OpenVINO picks its precision and kernels by (one CPU model name
+        # here came with and without AVX-512 on different days)
+        "isa": [f for f in ISA if f in flags],
         "python": platform.python_version(),
         "onnx": onnx.__version__,
         "onnxruntime": onnxruntime.__version__,

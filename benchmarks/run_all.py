@@ -428,7 +428,8 @@ def _measured_on(name: str) -> str:
     """``; measured on CPU, N cores, DATE`` from a result's JSON (empty if it has none)."""
     try:
         m = json.loads((RESULTS / f"{name}.json").read_text())["machine"]
-        return f"; measured on {m['cpu']}, {m['cores']} cores, {m['date']}"
+        isa = f" ({', '.join(m['isa']) or 'no AVX2'})" if "isa" in m else ""
+        return f"; measured on {m['cpu']}{isa}, {m['cores']} cores, {m['date']}"
     except (OSError, ValueError, KeyError, TypeError):
         return ""
 
