@@ -564,3 +564,34 @@ def test_busy_time_per_resource_proves_a_block() -> None:
     got = simulate(p, plan).makespan_us - 284.0 - 149.8  # from the entry's end
     assert sol.bound_us == pytest.approx(got, abs=0.1 * len(p.nodes))
     assert got == pytest.approx(sum(p.cost[n]["cpu"] for n in p.nodes[1:]), abs=1.0)
+
+
+def test_a_region_the_solver_leaves_without_a_plan_takes_the_best_hints_placement(
+    monkeypatch,
+) -> None:
+    """A free solve that finds no plan in time (presolve can take a short solve's time) would
+    leave no chain of regions to assemble: that region is solved again with the best hint's
+    placement fixed, and its bound, which holds for that placement alone, is not kept."""
+    import partuner.plan.pexact as pexact
+
+    p = series_of_diamonds(3)
+    hint = get_scheduler("heft").schedule(p)
+    real = pexact.solve_region
+    fixed = []
+
+    def flaky(problem, region, **kw):
+        if kw.get("units_of") is None and region.entry is not None:
+            return None  # every region but the first: no plan in time
+        if kw.get("units_of") is not None:
+            fixed.append(region.entry)
+        return real(problem, region, **kw)
+
+    monkeypatch.setattr(pexact, "solve_region", flaky)
+    place = {n: s.unit for n, s in hint.slots.items()}
+    got = pexact.solve_plan(p, time_limit=5, hints=[place], max_region=4)
+    assert fixed  # the fallback ran
+    assert got.parts  # and a plan was assembled from it
+    parts = [Partition(f"p{i}", u, tuple(ns)) for i, (u, ns) in enumerate(got.parts)]
+    latency = simulate(p, parts).makespan_us
+    assert got.bound_us <= latency + 1e-6
+    assert latency <= plan_from_schedule(p, hint).predicted_us * 1.5

@@ -30,7 +30,7 @@ import logging
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from partuner.errors import InfeasiblePlanError, PartunerError
@@ -136,7 +136,18 @@ def solve_plan(
         if a is None and b is None:
             mine = free.get(k)
         tips = [mine.assignment, *hints] if mine is not None else list(hints)
-        return region(k, a, b, limit, tips, pairs=False, floor_us=bound_of((k, a, b)))
+        sol = region(k, a, b, limit, tips, pairs=False, floor_us=bound_of((k, a, b)))
+        if sol is not None or mine is not None or not tips or clock.expired(deadline):
+            return sol
+        # no plan in time (the model's presolve can take it all): the best hint's placement
+        # (entry and exit left to the pins), only partitioned and ordered, a far smaller
+        # solve; one region without a plan would leave no plan to assemble. Its bound holds
+        # for that placement alone, so none is kept
+        fix = {n: tips[0][n] for n in parts[k].nodes if n in tips[0]}
+        for n in (parts[k].entry, parts[k].exit):
+            fix.pop(n, None)
+        got = region(k, a, b, max(limit / 2, _MIN_SOLVE_S), tips, pairs=False, units_of=fix)
+        return None if got is None else replace(got, status="feasible", bound_us=0.0)
 
     def region(
         k: int,
