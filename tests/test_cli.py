@@ -97,6 +97,7 @@ def test_plan_compare_and_modeled_labels(tmp_path, branchy_file, npu_units_file,
     assert set(res["schedulers"]) >= {"single", "heft"}
     prob = json.loads((tmp_path / "prob.json").read_text())
     assert prob["modeled"] == ["npu"]
+    assert res["corun"] == prob.get("corun", {}) == {}  # a modeled unit is never timed beside
     # static puts each op on the first unit that runs it: with the modeled NPU listed first,
     # the plan uses it, and every figure of such a plan is labelled modeled
     npu_first = tmp_path / "npu_first.yaml"

@@ -180,6 +180,7 @@ def plan_cmd(
         ],
         "parallel_groups": pf.parallel,
         "plan_file": output,
+        "corun": dict(problem.corun),  # each unit's factor beside the others (charged at once)
     }
     if compare:
         result["schedulers"] = {
@@ -211,6 +212,13 @@ def plan_cmd(
         f"{count_of(len(plan.partitions), 'partition')}, "
         f"{count_of(len(pf.parallel), 'parallel group')}"
     )
+    slow = {u: f for u, f in problem.corun.items() if f > 1.0}
+    if slow and len({p.unit for p in plan.partitions}) > 1:
+        console.print(
+            "units slow each other when they run at once ("
+            + ", ".join(f"{u} x{f:.3f}" for u, f in slow.items())
+            + ", timed side by side): charged where their partitions overlap"
+        )
     if compare:
         t = Table(show_edge=False)
         for c in ("scheduler", "predicted", "status", "partitions", "solve time"):
