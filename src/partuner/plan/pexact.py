@@ -132,22 +132,15 @@ def solve_plan(
     faithful: dict[Job, RegionSolution] = {}  # from the model with its pairwise parts
 
     def solve(k: int, a: str | None, b: str | None, limit: float) -> RegionSolution | None:
-        mine = solved.get((k, a, b))  # a solution found before starts this solve
-        if a is None and b is None:
-            mine = free.get(k)
+        mine = free.get(k) if a is None and b is None else solved.get((k, a, b))  # a start
         tips = [mine.assignment, *hints] if mine is not None else list(hints)
         sol = region(k, a, b, limit, tips, pairs=False, floor_us=bound_of((k, a, b)))
         if sol is not None or mine is not None or not tips or clock.expired(deadline):
             return sol
-        # no plan in time (the model's presolve can take it all): the best hint's placement
-        # (entry and exit left to the pins), only partitioned and ordered, a far smaller
-        # solve; one region without a plan would leave no plan to assemble. Its bound holds
-        # for that placement alone, so none is kept
-        fix = {n: tips[0][n] for n in parts[k].nodes if n in tips[0]}
-        for n in (parts[k].entry, parts[k].exit):
-            fix.pop(n, None)
+        # no plan in time: the best hint's placement, only cut and ordered; its bound not kept
+        fix = {n: u for n, u in tips[0].items() if n in parts[k].nodes[:-1]}  # exit: pinned
         got = region(k, a, b, max(limit / 2, _MIN_SOLVE_S), tips, pairs=False, units_of=fix)
-        return None if got is None else replace(got, status="feasible", bound_us=0.0)
+        return got and replace(got, status="feasible", bound_us=0.0)
 
     def region(
         k: int,
