@@ -146,3 +146,38 @@ def test_the_in_context_error_compares_the_kernels_with_their_own_runs(squeeze, 
     assert up.layer_additivity_error == pytest.approx(up.layer_parts_us / wall - 1)
     # a row stored by the last version (kernels alone) still reads, against the whole model
     assert read_layers(json.dumps([[list(k), t] for k, t in kernels])) == (kernels, None)
+
+
+def test_openvino_cpu_counters_are_read_as_averages_since_compiling(squeeze, monkeypatch):
+    # OpenVINO's CPU plugin reports each layer's average over every run since compiling (whole
+    # µs): the first, cold run must not count, nor hide in the warm runs' average
+    pytest.importorskip("openvino")
+    from partuner.units import OpenvinoUnit, openvino_unit
+
+    unit = OpenvinoUnit("ov")
+    if not unit.availability()[0]:
+        pytest.skip(unit.availability()[1])
+
+    class CountingRunner:  # what the CPU plugin reports, without timing anything
+        def __init__(self, model, **kwargs):
+            self.runs, self.total = 0, {"conv": 0, "relu": 0}
+
+        def layer_names(self):
+            return {"conv": ("features.0",), "relu": ("features.1",)}
+
+        def run(self, feeds):
+            self.runs += 1
+            self.total["conv"] += 500 if self.runs == 1 else 100 + self.runs % 3
+
+        def profiling_info(self):
+            return [(k, float(t // self.runs)) for k, t in self.total.items()]
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(openvino_unit, "OpenvinoRunner", CountingRunner)
+    kernels, wall = unit.layer_profile(squeeze.model, {}, runs=20)
+    got = dict(kernels)
+    assert got[("features.0",)] == pytest.approx(101.0, abs=1.0)  # runs 6-20: 100-102 µs
+    assert got[("features.1",)] == 0.0  # fused away, never run
+    assert wall is not None

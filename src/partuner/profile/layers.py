@@ -47,7 +47,12 @@ if TYPE_CHECKING:
 
     from partuner.units import Unit
 
-__all__ = ["LayerMap", "layer_row", "map_layers", "read_layers"]
+__all__ = ["LAYERS_SIG", "LayerMap", "layer_row", "map_layers", "read_layers"]
+
+#: the store signature of per-layer profiles, ``LAYERS_SIG#<model digest>`` (a region's:
+#: ``#<nodes digest>`` after it). Version 2: OpenVINO's CPU counters are read as averages
+#: since compiling, the warm-up runs left out; rows of version 1 overstated its kernels.
+LAYERS_SIG = "__layers__#2"
 
 Kernel = tuple[Sequence[str], float]
 

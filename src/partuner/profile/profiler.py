@@ -51,7 +51,7 @@ from partuner.profile.groups import (
     fused_saving,
     group_signature,
 )
-from partuner.profile.layers import LayerMap, layer_row, map_layers, read_layers
+from partuner.profile.layers import LAYERS_SIG, LayerMap, layer_row, map_layers, read_layers
 from partuner.profile.load import LoadMeter, is_busy, stale, time_again, warn_busy
 from partuner.profile.measure import overhead_model, random_feeds, time_model
 from partuner.profile.outputs import measure_outputs
@@ -465,7 +465,7 @@ def profile_model(
             def make_layers(u: Unit = unit) -> Measurement:
                 return layer_row(u, graph.model, random_feeds(graph, list(graph.inputs)))
 
-            lm = look(f"__layers__#{digest}", make_layers)
+            lm = look(f"{LAYERS_SIG}#{digest}", make_layers)
             read = read_layers(lm.detail) if lm is not None and lm.status == OK else None
             if read is not None:
                 kernels, layer_wall = read

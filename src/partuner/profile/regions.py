@@ -43,7 +43,7 @@ from partuner.export.cut import cut_nodes
 from partuner.graph import ModelGraph, load_model
 from partuner.profile.context import ChainFit, fit_chain_costs, measure_chains, measure_wake
 from partuner.profile.cycle import CYCLE_MAX_PIECES, measure_cycle
-from partuner.profile.layers import layer_row, map_layers, read_layers
+from partuner.profile.layers import LAYERS_SIG, layer_row, map_layers, read_layers
 from partuner.profile.measure import failure, random_feeds, time_model
 from partuner.profile.outputs import measure_outputs
 from partuner.profile.signature import model_digest
@@ -327,7 +327,7 @@ def profile_regions(
             def make_layers(m=model, i=ins) -> Measurement:  # type: ignore[no-untyped-def]
                 return layer_row(unit, m, random_feeds(graph, i))
 
-            lm = look(f"__layers__#{key}", make_layers, f"the per-layer profile of {label}")
+            lm = look(f"{LAYERS_SIG}#{key}", make_layers, f"the per-layer profile of {label}")
             if lm is not None and lm.status == OK and lm.detail:
                 kernels, wall = read_layers(lm.detail) or (None, None)
         source, parts = "region", None
