@@ -595,3 +595,19 @@ def test_a_region_the_solver_leaves_without_a_plan_takes_the_best_hints_placemen
     latency = simulate(p, parts).makespan_us
     assert got.bound_us <= latency + 1e-6
     assert latency <= plan_from_schedule(p, hint).predicted_us * 1.5
+
+
+@FEW
+@given(p=problems(max_nodes=5, max_units=3))
+def test_a_solve_that_searches_for_the_bound_proves_the_same_optimum(p: Problem) -> None:
+    """pexact's repeated solves search for the bound (``prove``): on problems small enough to
+    prove, both searches end at the same optimum, and its bound holds for every plan."""
+    from partuner.plan.decompose import Region
+    from partuner.plan.region_model import solve_region
+
+    region = Region(None, tuple(p.nodes), None)  # the whole problem as one region
+    plain = solve_region(p, region, time_limit=5, pairs=True)
+    proved = solve_region(p, region, time_limit=5, pairs=True, prove=True)
+    assert plain.status == proved.status == "optimal"
+    assert proved.span_us == pytest.approx(plain.span_us, abs=1e-6)
+    assert proved.bound_us <= optimum(p) + 1e-6

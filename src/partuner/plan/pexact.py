@@ -105,13 +105,14 @@ def solve_plan(
     pair of them), then, as time allows, once per pair of boundary units (entering, leaving)
     not already settled: a pair the free solve chose and proved, or one mirroring a solved
     pair across two interchangeable units (:func:`interchangeable`); a free solve not proven
-    is repeated first (one search for every pair), the widest gaps first and longest. Pairs
-    whose region is small beside the links settle without a solver (:func:`one_unit_bound`),
-    and a pair is solved only while some chain through it could still be faster, by the
-    bounds, than the best chain of solved regions and than ``upper_us`` (a known plan's
-    latency). ``time_limit`` is seconds of work on ``clock`` (:mod:`partuner.plan.clock`; a new
-    one when None). ``floors``: the problem's :class:`~partuner.plan.floors.Floors` when the
-    caller has them already (each pair's bound starts there)."""
+    is repeated first (one search for every pair; a repeat searches for the bound), the widest
+    gaps first and longest. Pairs whose region is small beside the links settle without a
+    solver (:func:`one_unit_bound`), and a pair is solved only while some chain through it could
+    still be faster, by the bounds, than the best chain of solved regions and than
+    ``upper_us`` (a known plan's latency). ``time_limit`` is seconds of work on ``clock``
+    (:mod:`partuner.plan.clock`; a new one when None). ``floors``: the problem's
+    :class:`~partuner.plan.floors.Floors` when the caller has them (each pair's bound starts
+    there)."""
     clock = WorkClock.of(clock, time_limit)
     deadline = clock.now() + max(0.0, time_limit)
     # the last stage (whole-model re-solves) keeps a share of the time while proofs are open
@@ -134,7 +135,8 @@ def solve_plan(
     def solve(k: int, a: str | None, b: str | None, limit: float) -> RegionSolution | None:
         mine = free.get(k) if a is None and b is None else solved.get((k, a, b))  # a start
         tips = [mine.assignment, *hints] if mine is not None else list(hints)
-        sol = region(k, a, b, limit, tips, pairs=False, floor_us=bound_of((k, a, b)))
+        bound = bound_of((k, a, b))
+        sol = region(k, a, b, limit, tips, pairs=False, floor_us=bound, prove=mine is not None)
         if sol is not None or mine is not None or not tips or clock.expired(deadline):
             return sol
         # no plan in time: the best hint's placement, only cut and ordered; its bound not kept
@@ -437,15 +439,12 @@ def _swap(unit: str | None, u: str, v: str) -> str | None:
 
 def _swapped(sol: RegionSolution, u: str, v: str) -> RegionSolution:
     """``sol`` with units ``u`` and ``v`` exchanged."""
-    return RegionSolution(
+    return replace(
+        sol,
         assignment={n: _swap(w, u, v) or w for n, w in sol.assignment.items()},
         parts=[(_swap(w, u, v) or w, list(ns)) for w, ns in sol.parts],
-        status=sol.status,
-        bound_us=sol.bound_us,
-        span_us=sol.span_us,
         entry_unit=_swap(sol.entry_unit, u, v),
         exit_unit=_swap(sol.exit_unit, u, v),
-        faithful=sol.faithful,
     )
 
 

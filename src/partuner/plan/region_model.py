@@ -113,6 +113,7 @@ def solve_region(
     grouped: Sequence[Sequence[str]] = (),
     units_of: Mapping[str, str] | None = None,
     clock: WorkClock | None = None,
+    prove: bool = False,
 ) -> RegionSolution | None:
     """Solve the partition-level model of ``region`` (see :func:`partuner.plan.decompose.regions`):
     its entry node (if any) ends at time 0 on ``entry_unit``, its exit on ``exit_unit`` (either
@@ -125,7 +126,9 @@ def solve_region(
     bound on the span (from that smaller model), helps the solver prove; ``grouped``, the
     partitions of the first hint (lists of nodes), warm-starts which nodes share one.
     ``units_of`` fixes the unit of the nodes it names (mirrored like the hints): the solve then
-    only partitions and orders that placement, and its bound holds for it alone. None when the
+    only partitions and orders that placement, and its bound holds for it alone. ``prove``:
+    search for the bound first (CP-SAT's objective lower-bound search), for a region whose
+    plan the hints hold already and whose proof is open. None when the
     solver found no plan in time (then nothing is proven). ``time_limit`` is seconds of work on
     ``clock`` (:mod:`partuner.plan.clock`; a new one when None)."""
     cp_model = _cp_model()
@@ -296,6 +299,7 @@ def solve_region(
                     m.add_hint(b, group[a] == group[c])
 
     solver = _solver(cp_model, time_limit, workers, seed, clock)
+    solver.parameters.use_objective_lb_search = prove
     t0 = clock.now()
     code = clock.solve(solver, m)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
