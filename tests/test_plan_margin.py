@@ -3,6 +3,10 @@ clearly faster."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from partuner.pipeline import MEASURED_PLAN_MARGIN, make_plan
 from partuner.plan import Edge, Problem
 
@@ -80,3 +84,36 @@ def test_modeled_units_and_clear_gains_keep_more_partitions():
     assert len(plan.partitions) == 5  # a prediction on modeled units: no margin
     plan, _ = make_plan(_zigzag(500.0, b_on_u1=1600.0), time_limit=2)  # 2600 us, not 3110
     assert len(plan.partitions) == 5 and plan.predicted_us == 2600
+
+
+def test_a_plan_kept_for_fewer_partitions_must_still_beat_one_unit():
+    # a -> b -> c -> d; u2 alone: 3700 us; the best plan zigzags (a, c on u1; b, d on u2:
+    # 3500 us, 5.4 % faster, 4 partitions); a on u1 and the rest on u2 takes 3600 us in 2
+    # partitions, within the margin of the best but only 2.7 % faster than u2 alone
+    from partuner.pipeline import _simpler_plan
+    from partuner.plan import Link
+    from partuner.plan.partitions import plan_from_assignment
+
+    u1 = {"a": 1000.0, "b": 1000.0, "c": 800.0, "d": 1000.0}
+    u2 = {"a": 1100.0, "b": 800.0, "c": 900.0, "d": 900.0}
+    problem = Problem(
+        nodes=["a", "b", "c", "d"],
+        units=["u1", "u2"],
+        cost={n: {"u1": u1[n], "u2": u2[n]} for n in u1},
+        edges=[Edge(s, t, 100, (f"{s}_out",)) for s, t in (("a", "b"), ("b", "c"), ("c", "d"))],
+        default_link=Link(0.0, 1000.0),
+    )
+    zigzag = {"a": "u1", "b": "u2", "c": "u1", "d": "u2"}
+    two = {"a": "u1", "b": "u2", "c": "u2", "d": "u2"}
+    best = plan_from_assignment(problem, zigzag, scheduler="best")
+    fewer = plan_from_assignment(problem, two, scheduler="fewer")
+    assert (len(best.partitions), len(fewer.partitions)) == (4, 2)
+    assert (best.predicted_us, fewer.predicted_us) == pytest.approx((3500, 3600), abs=1)
+    kept = _simpler_plan(problem, best, {"best": best, "fewer": fewer})
+    assert set(kept.units) == {"u2"} and kept.predicted_us == pytest.approx(3700, abs=1)
+    # where the plan of fewer partitions beats one unit by the margin (u1 alone: 3800 us), it
+    # is kept
+    faster = dataclasses.replace(problem, cost=problem.cost | {"a": {"u1": 1000.0, "u2": 1400.0}})
+    best = plan_from_assignment(faster, zigzag, scheduler="best")
+    fewer = plan_from_assignment(faster, two, scheduler="fewer")
+    assert _simpler_plan(faster, best, {"best": best, "fewer": fewer}).scheduler == "fewer"
