@@ -210,20 +210,10 @@ def make_plan(
 
 
 def _simpler_plan(problem: Problem, best: Plan, plans: Mapping[str, Plan]) -> Plan:
-    """On measured units, the plan ``auto`` ships: the fastest one-unit plan where ``best`` is
-    not :data:`MEASURED_PLAN_MARGIN` faster than it (:func:`_one_unit_plan`), else the plan
-    over several units with fewer partitions that ``best`` is not that much faster than
-    (:func:`_fewer_partitions_plan`), which must itself beat one unit by the margin (a plan
-    kept for its fewer partitions, not for its speed, is no reason to leave one unit: on the
-    stand-in, ResNet-18's 8 partitions predicted 1.6 % faster than the cpu alone ran 18 %
-    slower than it); else ``best``."""
-    one = _one_unit_plan(problem, best)
-    if one is not None:
-        return one
-    fewer = _fewer_partitions_plan(problem, best, plans)
-    if fewer is None:
-        return best
-    return _one_unit_plan(problem, fewer) or fewer
+    """The plan ``auto`` ships: :func:`_one_unit_plan`, else :func:`_fewer_partitions_plan`
+    where that beats one unit by the margin too (docs/algorithms.md), else ``best``."""
+    fewer = _one_unit_plan(problem, best) or _fewer_partitions_plan(problem, best, plans)
+    return best if fewer is None else _one_unit_plan(problem, fewer) or fewer
 
 
 def _fewer_partitions_plan(problem: Problem, best: Plan, plans: Mapping[str, Plan]) -> Plan | None:
@@ -249,13 +239,9 @@ def _fewer_partitions_plan(problem: Problem, best: Plan, plans: Mapping[str, Pla
     log.info(
         "keeping %s's plan of %d partitions (%.3f ms predicted): the best plan (%d partitions, "
         "%.3f ms) is not %.0f %% faster, within what the model misses on measured units",
-        pick.scheduler,
-        len(pick.partitions),
-        pick.predicted_us / 1e3,
-        len(best.partitions),
-        best.predicted_us / 1e3,
-        100 * MEASURED_PLAN_MARGIN,
-    )
+        pick.scheduler, len(pick.partitions), pick.predicted_us / 1e3,
+        len(best.partitions), best.predicted_us / 1e3, 100 * MEASURED_PLAN_MARGIN,
+    )  # fmt: skip
     kept = replace(pick)
     if kept.status == "optimal" and kept.predicted_us > best.predicted_us:
         kept.status = "feasible"
@@ -280,11 +266,8 @@ def _one_unit_plan(problem: Problem, best: Plan) -> Plan | None:
     log.info(
         "keeping %s alone (%.3f ms predicted): the best plan over several units (%.3f ms) is "
         "not %.0f %% faster, within what the model misses on measured units",
-        one.units[0],
-        one.predicted_us / 1e3,
-        best.predicted_us / 1e3,
-        100 * MEASURED_PLAN_MARGIN,
-    )
+        one.units[0], one.predicted_us / 1e3, best.predicted_us / 1e3, 100 * MEASURED_PLAN_MARGIN,
+    )  # fmt: skip
     one.status = "heuristic"
     return one
 
