@@ -215,6 +215,29 @@ def test_decomposition_is_exact_on_a_short_chain() -> None:
     check_exact(p, split)
 
 
+def test_a_region_share_too_small_to_pay_for_a_solve_takes_its_warm_start(monkeypatch) -> None:
+    """A short budget over many regions and unit pairs: a job whose share does not pay for a
+    solve's call (``CALL_S``) would get no search at all, only its charge; it takes its warm
+    start (time 0) and leaves the time to the others. The plan and bound stay valid."""
+    import partuner.plan.decompose as decompose
+    from partuner.plan.clock import CALL_S, WorkClock
+
+    p = diamonds(20)
+    limits: list[float] = []
+    real = decompose.solve
+
+    def spy(inst, *, time_limit, **kw):
+        limits.append(time_limit)
+        return real(inst, time_limit=time_limit, **kw)
+
+    monkeypatch.setattr(decompose, "solve", spy)
+    clock = WorkClock(30.0)  # the work budget runs short, never the wall clock
+    s = _exact(max_nodes=4, region_nodes=4).solve(p, time_limit=0.3, clock=clock)
+    assert limits and all(t == 0 or t > CALL_S for t in limits), sorted(limits)[:5]
+    assert 0 in limits  # the budget did run short here
+    check_exact(p, s)
+
+
 # -- auto ----------------------------------------------------------------------------------
 
 

@@ -611,3 +611,31 @@ def test_a_solve_that_searches_for_the_bound_proves_the_same_optimum(p: Problem)
     assert plain.status == proved.status == "optimal"
     assert proved.span_us == pytest.approx(plain.span_us, abs=1e-6)
     assert proved.bound_us <= optimum(p) + 1e-6
+
+
+def test_no_region_solve_starts_without_time_to_search(monkeypatch) -> None:
+    """pexact over many regions on a short budget: no solve starts with a limit that cannot
+    pay for its call (``CALL_S``; the region takes the best hint's placement instead), and the
+    last stage starts no re-solve under ``_MIN_SOLVE_S`` (each is charged its model's rows:
+    slivers found nothing and took the time open proofs could use)."""
+    import partuner.plan.pexact as pexact
+    from partuner.plan.clock import CALL_S, WorkClock
+
+    p = series_of_diamonds(12)
+    hint = get_scheduler("heft").schedule(p)
+    real = pexact.solve_region
+    calls: list[tuple[float, bool]] = []
+
+    def spy(problem, region, **kw):
+        calls.append((kw["time_limit"], bool(kw.get("pairs"))))
+        return real(problem, region, **kw)
+
+    monkeypatch.setattr(pexact, "solve_region", spy)
+    place = {n: s.unit for n, s in hint.slots.items()}
+    clock = WorkClock(30.0)  # the work budget runs short, never the wall clock
+    got = pexact.solve_plan(p, time_limit=0.6, hints=[place], max_region=4, clock=clock)
+    assert calls and all(t > CALL_S for t, _ in calls), sorted(calls)[:5]
+    assert all(t >= pexact._MIN_SOLVE_S for t, pairs in calls if pairs)
+    assert got.parts  # every region has a plan
+    parts = [Partition(f"p{i}", u, tuple(ns)) for i, (u, ns) in enumerate(got.parts)]
+    assert got.bound_us <= simulate(p, parts).makespan_us + 1e-6

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from partuner.plan.clock import WorkClock
+from partuner.plan.clock import CALL_S, WorkClock
 from partuner.plan.exact import Instance, Solution, cut_retime, solve
 from partuner.plan.problem import Problem
 
@@ -212,18 +212,21 @@ def solve_decomposed(
         done[job] = sol
 
     # First pass: time in proportion to region size; then what is left goes to the unproven.
+    # A share that does not pay for a solve's call (CALL_S) would buy no search at all: that
+    # job takes its warm start, unproven, and the time goes to the jobs after it.
     weight = {job: len(parts[job[0]].nodes) for job in jobs}
     left_weight = sum(weight.values())
     for job in jobs:
-        left = max(0.0, deadline - clock.now())
-        run(job, left * weight[job] / max(1, left_weight))
+        share = max(0.0, deadline - clock.now()) * weight[job] / max(1, left_weight)
+        run(job, share if share > CALL_S else 0.0)
         left_weight -= weight[job]
     open_jobs = [job for job in jobs if done[job].status != "optimal"]
     for k, job in enumerate(open_jobs):
         left = deadline - clock.now()
         if left <= 0.01 or clock.hit_cap():
             break
-        run(job, left / (len(open_jobs) - k))
+        if left / (len(open_jobs) - k) > CALL_S:
+            run(job, left / (len(open_jobs) - k))
     proven = all(sol.status == "optimal" for sol in done.values())
 
     # Dynamic programme over the unit holding each boundary node: best[u] = (time the last

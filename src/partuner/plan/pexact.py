@@ -41,7 +41,7 @@ from partuner.plan.assemble import (
     region_times,
     schedule_of_parts,
 )
-from partuner.plan.clock import WorkClock
+from partuner.plan.clock import CALL_S, WorkClock
 from partuner.plan.common import lower_bound
 from partuner.plan.decompose import regions
 from partuner.plan.exact import _cp_model, group_slack, heuristic_schedules
@@ -135,8 +135,10 @@ def solve_plan(
     def solve(k: int, a: str | None, b: str | None, limit: float) -> RegionSolution | None:
         mine = free.get(k) if a is None and b is None else solved.get((k, a, b))  # a start
         tips = [mine.assignment, *hints] if mine is not None else list(hints)
-        bound = bound_of((k, a, b))
-        sol = region(k, a, b, limit, tips, pairs=False, floor_us=bound, prove=mine is not None)
+        sol = None
+        if limit > CALL_S or mine is None and not tips:  # else no time to search at all
+            bound = bound_of((k, a, b))
+            sol = region(k, a, b, limit, tips, pairs=False, floor_us=bound, prove=mine is not None)
         if sol is not None or mine is not None or not tips or clock.expired(deadline):
             return sol
         # no plan in time: the best hint's placement, only cut and ordered; its bound not kept
@@ -393,7 +395,7 @@ def solve_plan(
         rest = [weight[j] for j in redo[i:]]
         share = 1.0 / len(rest) if math.isinf(sum(rest)) else weight[job] / sum(rest)
         left = (deadline - clock.now()) * share
-        if left <= 0.01 or clock.hit_cap():
+        if left < _MIN_SOLVE_S or clock.hit_cap():
             break
         # from the smaller model's plan, partitions and all: the whole model's span of it is
         # its simulated time, so the solve starts from there, not from its assignment alone
@@ -402,13 +404,15 @@ def solve_plan(
         # first that plan's placement alone, partitioned and ordered anew: a small search that
         # gives a plan the simulation agrees with (its bound is the placement's, not kept)
         t0 = clock.now()
-        kept = region(
-            *job, left * _POLISH_SHARE, tips, pairs=True, grouped=grouped, units_of=tips[0]
-        )
+        kept = None
+        if left * _POLISH_SHARE >= _MIN_SOLVE_S:
+            kept = region(
+                *job, left * _POLISH_SHARE, tips, pairs=True, grouped=grouped, units_of=tips[0]
+            )
         if kept is not None and (job not in faithful or kept.span_us < faithful[job].span_us):
             faithful[job] = kept
         left -= clock.now() - t0
-        if left <= 0.01:
+        if left < _MIN_SOLVE_S:
             continue
         sol = region(*job, left, tips, pairs=True, floor_us=bound_of(job), grouped=grouped)
         if sol is not None:
