@@ -309,3 +309,32 @@ def test_fallback_names_a_local_unit_when_the_plan_carries_its_own_units(tmp_pat
                 "--fallback", "cpu0", "--json")  # fmt: skip
     assert r.exit_code == 0, r.output
     assert json.loads(r.output[r.output.index("{") :])["check"]["passed"] is True
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["plan", "{model}", "--time-limit", "1", "-o", "{blocker}/plan.yaml"],
+        ["plan", "{model}", "--dump-problem", "{blocker}/p.json"],
+        ["run", "{model}", "--plan", "{plan}", "--trace", "{blocker}/deeper/t.json"],
+        ["export", "{model}", "--plan", "{plan}", "-o", "{blocker}/sub"],
+        ["tune", "{model}", "-o", "{blocker}/sub"],
+        ["batch", "{model}", "--batch", "2", "-o", "{blocker}/out.npz"],
+        ["report", "{model}", "--plan", "{plan}", "-o", "{blocker}/r.html"],
+        ["profile", "{model}", "--export-nestc", "{blocker}/nestc"],
+        ["zoo", "squeezenet", "-o", "{blocker}/m.onnx"],
+        ["plan", "{model}", "--db", "{blocker}/p.db"],
+    ],
+)
+def test_an_output_path_through_a_file_is_refused_before_any_work(tmp_path, model_file, args):
+    """A file where a folder of an output path should be: one line naming it when the command
+    line is read (it used to surface as an OSError after profiling and planning)."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a folder")
+    plan = tmp_path / "plan.yaml"  # never read: the path is refused first
+    given = [a.format(model=model_file, blocker=blocker, plan=plan) for a in args]
+    r = _invoke(*given)
+    line = _one_line(r, "is a file, not a folder", str(blocker))
+    assert "Error" not in line and "Traceback" not in line
+    assert blocker.read_text() == "not a folder"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

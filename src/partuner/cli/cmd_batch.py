@@ -14,6 +14,7 @@ from rich.table import Table
 from partuner.cli import main
 from partuner.cli.common import (
     StageLines,
+    WritePath,
     console,
     db_option,
     emit_json,
@@ -63,7 +64,7 @@ TABLE_BATCH = 64
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False),
+    type=WritePath(dir_okay=False),
     default=None,
     metavar="FILE.npz",
     help="Write the exact split's merged outputs (in input order) here, one array per output.",

@@ -11,6 +11,7 @@ import click
 
 from partuner.cli import main
 from partuner.cli.common import (
+    WritePath,
     console,
     handle_errors,
     input_shape_option,
@@ -33,7 +34,7 @@ from partuner.cli.stages import load_units_cli
 )
 @units_option
 @click.option(
-    "-o", "--output", required=True, type=click.Path(file_okay=False), help="Output folder."
+    "-o", "--output", required=True, type=WritePath(file_okay=False), help="Output folder."
 )
 @click.option(
     "--opset", type=click.IntRange(min=1), default=None, help="Convert partitions to this opset."

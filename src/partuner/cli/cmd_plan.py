@@ -14,6 +14,7 @@ from partuner.cli import main
 from partuner.cli.common import (
     FiniteRange,
     StageLines,
+    WritePath,
     check_objective,
     console,
     count_of,
@@ -55,12 +56,12 @@ from partuner.cli.stages import corrections_cli, load_units_cli, profile_cli
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False),
+    type=WritePath(dir_okay=False),
     help="Write the plan here (YAML; JSON if the name ends in .json).",
 )
 @click.option(
     "--dump-problem",
-    type=click.Path(dir_okay=False),
+    type=WritePath(dir_okay=False),
     help="Write the planning problem as JSON (docs/architecture.md).",
 )
 @click.option(

@@ -14,6 +14,7 @@ from rich.table import Table
 from partuner.cli import main
 from partuner.cli.common import (
     FiniteRange,
+    WritePath,
     console,
     db_option,
     emit_json,
@@ -77,7 +78,7 @@ from partuner.cli.stages import busy_rows, load_units_cli, unit_summary
 )
 @click.option(
     "--export-nestc",
-    type=click.Path(file_okay=False),
+    type=WritePath(file_okay=False),
     help="Also write NEST-C profiles (initialProfile<UNIT>.yaml, fusedProfile<UNIT>.yaml) here.",
 )
 @click.option(

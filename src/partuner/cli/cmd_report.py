@@ -8,7 +8,7 @@ import click
 
 from partuner.cli import main
 from partuner.cli.cmd_run import _print_fallbacks, _with_common, execute, timeline
-from partuner.cli.common import console, count_of, handle_errors
+from partuner.cli.common import WritePath, console, count_of, handle_errors
 
 
 def _ms(value: float | None) -> str:
@@ -20,7 +20,7 @@ def _ms(value: float | None) -> str:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False),
+    type=WritePath(dir_okay=False),
     default="report.html",
     show_default=True,
     help="The HTML file to write.",

@@ -21,6 +21,7 @@ from rich.table import Table
 from partuner.cli import main
 from partuner.cli.common import (
     FiniteRange,
+    WritePath,
     console,
     db_option,
     emit_json,
@@ -337,7 +338,7 @@ def _with_common(fn: Any) -> Any:
 @click.option(
     "--trace",
     "trace_path",
-    type=click.Path(dir_okay=False),
+    type=WritePath(dir_okay=False),
     default=None,
     help="Write the timeline (predicted vs measured) as Chrome trace JSON (Perfetto).",
 )

@@ -12,6 +12,7 @@ from partuner.cli import main
 from partuner.cli.common import (
     FiniteRange,
     StageLines,
+    WritePath,
     check_objective,
     console,
     db_option,
@@ -46,7 +47,7 @@ from partuner.errors import PartunerError
 @click.option(
     "-o",
     "--output",
-    type=click.Path(file_okay=False),
+    type=WritePath(file_okay=False),
     default=None,
     help="Output folder (default: ./partuner-out/<model name>).",
 )

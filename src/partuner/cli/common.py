@@ -41,6 +41,7 @@ __all__ = [
     "fuse_options",
     "objective_options",
     "check_objective",
+    "WritePath",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -52,6 +53,22 @@ console = Console(
     width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 110)),
 )
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class WritePath(click.Path):
+    """A path partuner writes to (``-o``, ``--trace``, ``--db``...), checked when the command
+    line is read: a file where a folder on the way should be is refused then, in one line,
+    not after the work as an ``OSError`` (missing folders are still made)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        got = super().convert(value, param, ctx)
+        path = Path(os.fsdecode(got)).expanduser()
+        for folder in path.parents:
+            if folder.exists():
+                if not folder.is_dir():
+                    self.fail(f"{str(folder)!r} is a file, not a folder; choose another path")
+                break
+        return got
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -175,7 +192,7 @@ def quiet_option(fn: F) -> F:
 def db_option(fn: F) -> F:
     return click.option(
         "--db",
-        type=click.Path(dir_okay=False),
+        type=WritePath(dir_okay=False),
         default=None,
         help="Profile store (SQLite). Default: $PARTUNER_DB or ~/.cache/partuner/profiles.db.",
     )(fn)
