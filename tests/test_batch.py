@@ -445,14 +445,14 @@ def test_cli_splits_the_users_batch_and_writes_the_merged_outputs(free_file, two
     base = ("batch", free_file, "--units", two_units, "--db", db)
     _fails_cleanly(
         _invoke(*base, "--batch", 6, "--input", f"x={tmp_path / 'x.npy'}"),
-        "--batch 6 but the --input arrays hold 7 items",
+        "--batch 6 but the --input arrays hold 7 item(s)",
     )
     np.save(tmp_path / "i.npy", x.astype(np.int32))
     _fails_cleanly(
         _invoke(
             *base, "--repeat", 1, "--input", f"x={tmp_path / 'i.npy'}", "-o", tmp_path / "z.npz"
         ),
-        "input 'x' expects float32 [7, 4], got int32 [7, 4]",
+        "input 'x' expects float32 [7, 4], got int32 [7, 4]; convert it (numpy: a.astype(np.float32))",
     )
     assert not (tmp_path / "z.npz").exists()
     _fails_cleanly(_invoke(*base, "--batch", 2, "-o", tmp_path / "y.txt"), "name a .npz file")

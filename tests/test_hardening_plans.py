@@ -695,3 +695,60 @@ def test_a_remote_unit_resolved_in_the_plan_is_not_set_otherwise(tmp_path, caplo
         pinned = units_from_mapping({"units": {"b": {**base, "remote": other}}}, "u.yaml")
         _warn_other_units(plan, pinned)
     assert [r for r in caplog.records if "otherwise" in r.getMessage()]
+
+
+# -- a new user's trial: keys misspelt, NEST-C keys out of line, refused YAML tags ----------------
+
+
+def test_a_misspelt_key_of_the_partuner_section_is_refused_with_a_suggestion(tmp_path):
+    doc = yaml.safe_load(_own_plan(tmp_path / "p.yaml", [("p0", "cpu", ["a"])]).read_text())
+    doc["partuner"]["partitons"] = doc["partuner"].pop("partitions")  # the section has none now
+    (tmp_path / "gone.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(PlanFileError, match="no `partitions` list"):
+        read_plan(tmp_path / "gone.yaml")
+    doc["partuner"]["partitions"] = doc["partuner"]["partitons"]
+    (tmp_path / "both.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(PlanFileError, match="unknown key 'partitons'.*did you mean 'partitions'"):
+        read_plan(tmp_path / "both.yaml")
+    del doc["partuner"]["partitons"]
+    doc["partuner"]["partitions"][0]["nodez"] = ["b"]
+    (tmp_path / "entry.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(PlanFileError, match=r"partitions\[0\].*did you mean 'nodes'"):
+        read_plan(tmp_path / "entry.yaml")
+
+
+def test_nestc_keys_out_of_line_with_the_partuner_section_are_named(tmp_path, caplog):
+    """partuner runs its own section (hand edits included); NEST-C reads the keys. When they
+    describe different plans, the reader says so, naming the first node; a partition count
+    that does not match the partition names is refused."""
+    plan = PlanFile(
+        partitions=[PartitionSpec("p0", "cpu", ("a",)), PartitionSpec("p1", "npu", ("b",))],
+        model="tiny.onnx",
+    )
+    path = tmp_path / "plan.yaml"
+    write_plan(plan, path)
+    with caplog.at_level("WARNING", logger="partuner.export.planfile"):
+        read_plan(path)
+    assert not caplog.records  # as written: one plan
+    doc = yaml.safe_load(path.read_text())
+    doc["partuner"]["partitions"][1]["unit"] = "cpu"  # a hand edit of the section alone
+    path.write_text(yaml.safe_dump(doc))
+    with caplog.at_level("WARNING", logger="partuner.export.planfile"):
+        got = read_plan(path)
+    assert got.partitions[1].unit == "cpu"
+    assert "node 'b': p1/cpu in partuner.partitions, p1/npu in nodeToPartition" in caplog.text
+    doc["numOfPartitions"] = 5
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(PlanFileError, match="numOfPartitions is 5 but partitionNames lists 2"):
+        read_plan(path)
+
+
+@pytest.mark.parametrize("kind", ["plan", "units"])
+def test_a_python_yaml_tag_is_called_refused_not_a_syntax_error(tmp_path, model_file, kind):
+    bad = tmp_path / "tagged.yaml"
+    bad.write_text("units: !!python/object/apply:os.system ['touch owned.txt']\n")
+    args = ["--plan", bad] if kind == "plan" else ["--plan", _own_plan(tmp_path / "p.yaml", [])]
+    args += ["--units", bad] if kind == "units" else []
+    line = _fails_cleanly(_cli("check", model_file, *args), "python/object/apply:os.system")
+    assert "refuses" in line and "syntax" not in line and "not valid YAML" not in line
+    assert not (tmp_path / "owned.txt").exists() and not Path("owned.txt").exists()

@@ -51,8 +51,13 @@ def test_under_a_bound_the_fastest_stream_measured_within_it_is_kept() -> None:
     ]
     kept, run, note = _kept_within(_result(best), rows, 5000.0)
     assert kept is fast and run is rows[1][2]
-    assert "measured p99 9.000 ms (95 % upper bound 9.000) against the bound 5.000 ms" in note
+    assert "measured p99 9.000 ms (95 % upper bound 9.000) above the bound 5.000 ms" in note
     assert "the output holds fast" in note
+    # the planned stream within the bound, another faster within it too: said as such
+    within = [("partuner plan", best, _run(2.0, 4.0)), ("fast", fast, _run(1.5, 4.0))]
+    kept, _, note = _kept_within(_result(best), within, 5000.0)
+    assert kept is fast and "within the bound 5.000 ms at 500.0 frames/s" in note
+    assert "fast ran more frames/s within it too" in note and "above" not in note
     # a p99 within the bound whose upper confidence bound is not (3 of 300 frames twice as
     # slow: the p99 is 4 ms, the slowest 8 ms) does not count as within it
     rows[1] = ("fast", fast, _run(1.5, 4.0, slow=3))

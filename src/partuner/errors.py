@@ -19,6 +19,7 @@ __all__ = [
     "PlanFileError",
     "PartitionCycleError",
     "RuntimeFailure",
+    "yaml_refusal",
 ]
 
 
@@ -68,3 +69,26 @@ class PartitionCycleError(PartunerError):
 
 class RuntimeFailure(PartunerError):
     """A partition failed or timed out while a plan was running."""
+
+
+def yaml_refusal(exc: Exception) -> str | None:
+    """For an error of PyYAML's safe loaders meeting a tag they will not build (``!!python/...``:
+    the way a YAML file runs code in an unsafe loader), words saying that this tag was refused,
+    not that the YAML is malformed; None for any other error.
+
+    >>> class E(Exception):
+    ...     problem = "could not determine a constructor for the tag 'tag:yaml.org,2002:python/x'"
+    ...     problem_mark = None
+    >>> yaml_refusal(E())
+    "uses the YAML tag 'tag:yaml.org,2002:python/x', which partuner refuses (such tags can run code); write plain YAML data"
+    """  # noqa: E501
+    problem = str(getattr(exc, "problem", "") or "")
+    head = "could not determine a constructor for the tag "
+    if not problem.startswith(head):
+        return None
+    mark = getattr(exc, "problem_mark", None)
+    line = f" at line {mark.line + 1}" if mark is not None else ""
+    return (
+        f"uses the YAML tag {problem[len(head) :]}{line}, which partuner refuses (such tags can "
+        "run code); write plain YAML data"
+    )

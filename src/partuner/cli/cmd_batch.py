@@ -191,7 +191,10 @@ def _batch_of(feeds: dict[str, np.ndarray], batch: int | None) -> int | None:
         )
     held = next(iter(sizes.values()))
     if batch is not None and batch != held:
-        raise BatchError(f"--batch {batch} but the --input arrays hold {held} items; drop one")
+        raise BatchError(
+            f"--batch {batch} but the --input arrays hold {held} item(s); leave out --batch "
+            "(the arrays' first dimension sets it) or give arrays of that many items"
+        )
     return held
 
 

@@ -430,6 +430,23 @@ def progress_bar(label: str, quiet: bool) -> Iterator[Callable[[int, int, str], 
         yield update
 
 
+class _LogLines(logging.Formatter):
+    """Warnings as the docs show them, ``partuner: warning: ...``; with ``-v``/``-vv`` every
+    line names its level and logger (``INFO partuner.plan.auto: ...``)."""
+
+    def __init__(self, named: bool) -> None:
+        super().__init__("%(message)s")
+        self.named = named
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if self.named:
+            return f"{record.levelname} {record.name}: {text}"
+        return f"partuner: {record.levelname.lower()}: {text}"
+
+
 def setup_logging(verbose: int) -> None:
     level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_LogLines(named=verbose > 0))
+    logging.basicConfig(level=level, handlers=[handler])

@@ -262,6 +262,23 @@ def tune_result(r: Any, graph: Any, units: Any, prof: Any) -> dict[str, Any]:
     }
 
 
+def _configuration(what: str, name: str) -> str:
+    """A row's label: the configuration and its plan's name, said once (``best single unit
+    (ovall)``, not ``best single unit (single unit (ovall))``).
+
+    >>> _configuration("best single unit", "single unit (ovall)")
+    'best single unit (ovall)'
+    >>> _configuration("partuner plan", "latency plan (auto)")
+    'partuner plan: latency plan (auto)'
+    """
+    head, _, inner = name.partition(" (")
+    if name in what:
+        return what
+    if inner and head in what:
+        return f"{what} ({inner}"
+    return f"{what}: {name}"
+
+
 def print_tune(res: dict[str, Any], header: str) -> None:
     console.print(header)
     t = Table(show_edge=False)
@@ -270,7 +287,7 @@ def print_tune(res: dict[str, Any], header: str) -> None:
     for row in res["rows"]:
         lat = row["latency_ms"] or {}
         name = row["plan"]["name"]
-        what = row["what"] if name in row["what"] else f"{row['what']} ({name})"
+        what = _configuration(row["what"], name)
         t.add_row(
             what,
             f"{row['predicted_fps']:.1f} /s",

@@ -218,7 +218,7 @@ def cut(
                 raise PlanFileError(
                     f"node {n!r} is listed twice in partition {p.name!r}; list it once"  # type: ignore[attr-defined]
                     if seen[n] == p.name  # type: ignore[attr-defined]
-                    else f"node {n!r} is in partitions {seen[n]!r} and {p.name!r}"  # type: ignore[attr-defined]
+                    else f"node {n!r} is in partitions {seen[n]!r} and {p.name!r}; keep it in one"  # type: ignore[attr-defined]
                 )
             seen[n] = p.name  # type: ignore[attr-defined]
     missing = [n.name for n in graph.compute_nodes if n.name not in seen]

@@ -30,6 +30,8 @@ then name a unit of the units file) and holds the nodes ``nodeToPartition`` maps
 
 from __future__ import annotations
 
+import difflib
+import logging
 import math
 import os
 import re
@@ -43,7 +45,7 @@ from typing import Any
 
 import yaml
 
-from partuner.errors import PlanFileError
+from partuner.errors import PlanFileError, yaml_refusal
 
 __all__ = [
     "PlanFile",
@@ -57,6 +59,8 @@ __all__ = [
 __all__ += ["check_partition_names", "default_mode", "is_safe_name", "short_repr"]
 
 FORMAT_VERSION = 1
+
+log = logging.getLogger(__name__)
 
 
 MAX_IN_FLIGHT = 64  # frames in flight per copy a plan file may ask for
@@ -400,6 +404,8 @@ def read_plan(path: str | Path) -> PlanFile:
     try:
         doc = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
+        if refused := yaml_refusal(exc):
+            raise PlanFileError(f"{where} {refused}") from None
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
         raise PlanFileError(f"{where} is not valid YAML{line}; is it a plan file?") from None
@@ -425,9 +431,59 @@ def read_plan(path: str | Path) -> PlanFile:
                 f"{where} has plan format {version}, newer than this partuner reads "
                 f"({FORMAT_VERSION}); upgrade partuner"
             )
-    if isinstance(own, dict) and isinstance(own.get("partitions"), list):
-        return _read_own(doc, own, where)
-    return _read_nestc(doc, where)
+    if own is None:
+        return _read_nestc(doc, where)
+    if not isinstance(own, dict) or not isinstance(own.get("partitions"), list):
+        raise PlanFileError(
+            f"{where}: its `partuner` section has no `partitions` list; fix it, or delete the "
+            "section to read the NEST-C keys alone"
+        )
+    _known_keys(own, _OWN_KEYS, "partuner", where)
+    plan = _read_own(doc, own, where)
+    if all(key in doc for key in _NESTC_KEYS):  # what NEST-C reads: the same plan?
+        differ = _first_difference(plan, _read_nestc(doc, where))
+        if differ:  # partuner reads its own section (hand edits included); say so
+            log.warning(
+                "%s: its NEST-C keys describe another plan than its `partuner` section (%s); "
+                "partuner runs the section, NEST-C would read the keys: write the plan again "
+                "with partuner (partuner export) to bring them in line",
+                where,
+                differ,
+            )
+    return plan
+
+
+_OWN_KEYS = ("version", "model", "input_shapes", "scheduler", "status", "predicted_ms")
+_OWN_KEYS += ("lower_bound_ms", "modeled", "units", "stream", "partitions")
+_PART_KEYS = ("name", "unit", "nodes", "start_ms", "end_ms")
+_NESTC_KEYS = ("backendNames", "partitionNames", "nodeToPartition")
+
+
+def _known_keys(entry: dict[str, Any], known: Sequence[str], key: str, where: str) -> None:
+    """A misspelt key would be ignored, its value lost without a word: refuse it."""
+    for name in entry:
+        if name not in known:
+            close = difflib.get_close_matches(str(name), known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise PlanFileError(
+                f"{where}: unknown key {short_repr(name)} in `{key}`{hint}; known: "
+                f"{', '.join(known)}"
+            )
+
+
+def _first_difference(own: PlanFile, nestc: PlanFile) -> str:
+    """The first node the partuner section and the NEST-C keys place differently, in words
+    (``""`` when they describe one plan)."""
+    mine = {n: (p.name, p.unit) for p in own.partitions for n in p.nodes}
+    theirs = {n: (p.name, p.unit) for p in nestc.partitions for n in p.nodes}
+    for n in sorted(set(mine) | set(theirs), key=str):
+        a, b = mine.get(n), theirs.get(n)
+        if a != b:
+            return (
+                f"node {short_repr(n)}: {'/'.join(a) if a else 'absent'} in partuner.partitions, "
+                f"{'/'.join(b) if b else 'absent'} in nodeToPartition"
+            )
+    return ""
 
 
 def _read_own(doc: dict[str, Any], own: dict[str, Any], where: str) -> PlanFile:
@@ -435,6 +491,7 @@ def _read_own(doc: dict[str, Any], own: dict[str, Any], where: str) -> PlanFile:
     for k, e in enumerate(entries):
         if not isinstance(e, dict) or not {"name", "unit", "nodes"} <= set(e):
             raise PlanFileError(f"{where}: partuner.partitions[{k}] needs name, unit and nodes")
+        _known_keys(e, _PART_KEYS, f"partuner.partitions[{k}]", where)
     check_partition_names([e["name"] for e in entries], where)
     parts = []
     for k, e in enumerate(entries):
@@ -502,6 +559,12 @@ def _read_nestc(doc: dict[str, Any], where: str) -> PlanFile:
     if len(backends) != len(names):
         raise PlanFileError(
             f"{where}: {len(names)} partitionNames but {len(backends)} backendNames"
+        )
+    count = doc.get("numOfPartitions", len(names))
+    if type(count) is not int or count != len(names):
+        raise PlanFileError(
+            f"{where}: numOfPartitions is {short_repr(count)} but partitionNames lists "
+            f"{len(names)}; make them agree"
         )
     nodes: list[list[str]] = [[] for _ in names]
     for item in _split(doc["nodeToPartition"], "nodeToPartition", where):

@@ -350,7 +350,10 @@ class Problem(MemoryModel):
         self._check_acyclic()
         for n in self.nodes:
             if not self.runnable_units(n):
-                raise InfeasiblePlanError(f"node {n!r} cannot run on any unit; tried {self.units}")
+                raise InfeasiblePlanError(
+                    f"node {n!r} cannot run on any unit; tried {self.units}: add its op type to a "
+                    "unit's ops list, or add a unit that runs every operator (onnxruntime)"
+                )
         self._check_units(units)
         self._check_memory()
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from partuner.errors import ProfileError
+from partuner.errors import ProfileError, yaml_refusal
 from partuner.graph import ModelGraph
 from partuner.graph.ops import op_type_problem
 from partuner.profile.store import Measurement
@@ -104,6 +104,8 @@ def parse_profile_configs(path: str | Path) -> list[list[str]]:
     except OSError as exc:
         raise ProfileError(f"cannot read profile configs {p}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
+        if refused := yaml_refusal(exc):
+            raise ProfileError(f"{p} {refused}") from None
         first = str(exc).splitlines()[0]
         raise ProfileError(f"{p}: YAML syntax error ({first}); fix the file") from None
     entries: list[object] = []

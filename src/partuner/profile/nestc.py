@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from partuner.errors import ProfileError
+from partuner.errors import ProfileError, yaml_refusal
 from partuner.graph import ModelGraph, NodeInfo
 from partuner.profile.groups import GLOW_TO_ONNX, group_signature, sequential_chains
 from partuner.profile.profiler import Profile
@@ -180,6 +180,8 @@ def import_nestc(
     except OSError as exc:
         raise ProfileError(f"cannot read NEST-C profile {p}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
+        if refused := yaml_refusal(exc):
+            raise ProfileError(f"{p} {refused}") from None
         first = str(exc).splitlines()[0]
         raise ProfileError(f"{p}: YAML syntax error ({first}); is it a NEST-C profile?") from None
     if not isinstance(data, dict):

@@ -152,6 +152,11 @@ def validate_feeds(graph: ModelGraph, feeds: Mapping[str, np.ndarray]) -> None:
         if str(a.dtype) != v.dtype or tuple(a.shape) != v.shape:
             raise PartunerError(
                 f"input {k!r} expects {v.dtype} {list(v.shape)}, got {a.dtype} {list(a.shape)}"
+                + (
+                    f"; convert it (numpy: a.astype(np.{v.dtype}))"
+                    if tuple(a.shape) == v.shape
+                    else "; give an array of that shape"
+                )
             )
 
 

@@ -44,7 +44,7 @@ from typing import Any
 
 import yaml
 
-from partuner.errors import UnitError, UnitsFileError
+from partuner.errors import UnitError, UnitsFileError, yaml_refusal
 from partuner.units.base import Unit, backend_names, get_backend
 
 __all__ = [
@@ -275,6 +275,8 @@ def load_units(path: str | Path | None) -> UnitSet:
     try:
         data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506
     except yaml.YAMLError as exc:
+        if refused := yaml_refusal(exc):
+            raise fail(refused) from None
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
