@@ -452,7 +452,8 @@ def test_cli_splits_the_users_batch_and_writes_the_merged_outputs(free_file, two
         _invoke(
             *base, "--repeat", 1, "--input", f"x={tmp_path / 'i.npy'}", "-o", tmp_path / "z.npz"
         ),
-        "input 'x' expects float32 [7, 4], got int32 [7, 4]; convert it (numpy: a.astype(np.float32))",
+        "input 'x' expects float32 [7, 4], got int32 [7, 4]; convert it "
+        "(numpy: a.astype(np.float32))",
     )
     assert not (tmp_path / "z.npz").exists()
     _fails_cleanly(_invoke(*base, "--batch", 2, "-o", tmp_path / "y.txt"), "name a .npz file")
