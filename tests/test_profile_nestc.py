@@ -172,6 +172,10 @@ def test_cli_export_and_import(branchy_file, units_file, db, tmp_path):
     assert r.exit_code == 0, r.output
     res = json.loads(r.output)
     assert res["unit"] == "cpu1" and res["unmatched"] == [] and res["rows"] > 0
+    # two units of one backend and settings share their rows: the import says so
+    assert res["shared_with"] == ["cpu0"]
+    r = CliRunner().invoke(main, [*base, "--import-nestc", files[0], "--unit", "cpu1"])
+    assert "cpu1 shares its measurements with cpu0" in r.output
     for args, needle in [
         (["--import-nestc", files[0], "--unit", "cpu9"], "cpu9"),
         (["--import-nestc", files[0]], "--unit"),

@@ -312,10 +312,13 @@ def _import_nestc(
 
     unit = us[unit_name]  # unknown names raise UnitError naming the known ones
     imp = import_nestc(store, path, g, unit.fingerprint(), description=str(unit.describe()))
+    # units of one backend and settings share their measurements (one fingerprint, one row)
+    shared = [u.name for u in us if u.name != unit.name and u.fingerprint() == unit.fingerprint()]
     if as_json:
         emit_json(
             {
                 "unit": unit.name,
+                "shared_with": shared,
                 "fingerprint": unit.fingerprint(),
                 "backend_name": imp.backend,
                 "rows": imp.rows,
@@ -328,6 +331,11 @@ def _import_nestc(
         f"imported {len(imp.matched)} NEST-C keys ({imp.rows} signatures) for unit {unit.name}; "
         f"{len(imp.unmatched)} keys match no node of {g.source}"
     )
+    if shared:
+        console.print(
+            f"{unit.name} shares its measurements with {', '.join(shared)} (the same backend "
+            "and settings, one fingerprint): their costs are these now too"
+        )
     for key in imp.unmatched[:10]:
         console.print(f"  [yellow]unmatched[/yellow] {key}")
 
