@@ -280,6 +280,12 @@ def _units(d: Path, units: dict[str, object], name: str = "units.yaml") -> Path:
     return _write(d, name, yaml.safe_dump({"units": units}))
 
 
+def _misspelt_plan(d: Path) -> list[str]:
+    _tiny(d)
+    _plan(d, partitons=[])
+    return ["export", str(d / "m.onnx"), "--plan", str(d / "plan.yaml"), "-o", str(d / "o")]
+
+
 def _args(*a: str) -> Callable[[Path], list[str]]:
     def setup(d: Path) -> list[str]:
         _tiny(d)
@@ -430,6 +436,13 @@ CASES: list[Case] = [
     Case("plan file that is not YAML", _plan_text("{ this: is: not yaml"), absent=("o",)),
     Case("plan file that is a YAML list", _plan_text("- 1\n- 2\n"), absent=("o",)),
     Case("plan field of the wrong type (`nodes: 7`)", _wrong_type_plan, absent=("o",)),
+    Case("plan key misspelt (`partitons` beside `partitions`)", _misspelt_plan, absent=("o",)),
+    Case(
+        "plan file with a `!!python/object/apply` tag",
+        _plan_text("partuner: !!python/object/apply:os.system ['touch owned']\n"),
+        absent=("o", "owned"),
+    ),
+    Case("`-o` through a file", _args("plan", "{d}/m.onnx", "-o", "{d}/m.onnx/plan.yaml")),
     Case("profile store with a corrupt page", _corrupt_store),
     Case("profile store whose schema is not a number", _schema_store),
     Case("problem file that is not UTF-8 text", _binary_problem),
