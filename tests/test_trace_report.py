@@ -107,6 +107,15 @@ def test_report_html(tmp_path, planned, branchy_file, units_file):
         assert f"<td>{p['name']}</td>" in page
     assert "Output check" in page and "passed" in page
     assert not re.search(r"<script|<link|src=|href=|@import", page)  # self-contained
+    out2 = tmp_path / "r2.html"
+    r = _cli(
+        "report", branchy_file, "--plan", plan, "--units", units_file, "-o", out2,
+        "--repeat", 2, "--json",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)  # what run --json prints, and the page
+    assert res["report"] == str(out2) and out2.is_file() and res["check"]["passed"] is True
+    assert res["partitions"] == len(parts) and res["measured_ms"] > 0
 
 
 def test_chrome_trace_shapes():

@@ -8,7 +8,14 @@ import click
 
 from partuner.cli import main
 from partuner.cli.cmd_run import _print_fallbacks, _with_common, execute, timeline
-from partuner.cli.common import WritePath, console, count_of, handle_errors
+from partuner.cli.common import (
+    WritePath,
+    console,
+    count_of,
+    emit_json,
+    handle_errors,
+    json_option,
+)
 
 
 def _ms(value: float | None) -> str:
@@ -25,7 +32,14 @@ def _ms(value: float | None) -> str:
     show_default=True,
     help="The HTML file to write.",
 )
-@click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Runs of the plan to time (the median is reported).",
+)
+@json_option
 @handle_errors
 def report_cmd(
     model: str,
@@ -38,6 +52,7 @@ def report_cmd(
     fallback: str | None,
     output: str,
     repeat: int,
+    as_json: bool,
 ) -> None:
     """Run MODEL as PLAN's partitions and write an HTML report: predicted vs measured timeline
     per unit, the partition table and the output check. Exits 1 when the check fails."""
@@ -89,6 +104,11 @@ def report_cmd(
         notes=notes,
     )
     atomic_write(output, page)
+    if as_json:  # what `run --json` prints, and the page written
+        emit_json({"report": str(output), **r})
+        if not r["check"]["passed"]:
+            raise SystemExit(1)
+        return
     _print_fallbacks(r)
     verdict = "passed" if r["check"]["passed"] else "FAILED"
     console.print(
