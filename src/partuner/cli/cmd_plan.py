@@ -233,7 +233,11 @@ def plan_cmd(
                 f"{getattr(p, 'solve_s', 0.0) * 1e3:.1f} ms",
             )
         console.print(t)
-        console.print(f"critical-path bound {cp / 1e3:.3f} ms")
+        console.print(
+            f"critical-path bound {cp / 1e3:.3f} ms (each node on its fastest unit, no sharing: "
+            "the simplest bound; the plan's line above gives the best one proven); each "
+            "scheduler's status is its own run's, auto's the best plan against the best bound"
+        )
     t = Table(show_edge=False)
     for c in ("partition", "unit", "nodes", "start", "end"):
         t.add_column(c, justify="left" if c in ("partition", "unit") else "right")
