@@ -405,10 +405,8 @@ def solve_plan(
         # gives a plan the simulation agrees with (its bound is the placement's, not kept)
         t0 = clock.now()
         kept = None
-        if left * _POLISH_SHARE >= _MIN_SOLVE_S:
-            kept = region(
-                *job, left * _POLISH_SHARE, tips, pairs=True, grouped=grouped, units_of=tips[0]
-            )
+        if (polish := left * _POLISH_SHARE) >= _MIN_SOLVE_S:
+            kept = region(*job, polish, tips, pairs=True, grouped=grouped, units_of=tips[0])
         if kept is not None and (job not in faithful or kept.span_us < faithful[job].span_us):
             faithful[job] = kept
         left -= clock.now() - t0
