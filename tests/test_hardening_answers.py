@@ -285,7 +285,8 @@ def test_progress_lines_on_a_piped_stderr(files):
     r = _run("plan", files / "branchy.onnx", *common)
     assert r.returncode == 0, r.stderr
     # a warning met while planning ends the line; the stage's line then comes whole at its end
-    stages = [x.split(" ...")[0] for x in r.stderr.splitlines() if not x.startswith("WARNING")]
+    warned = "partuner: warning: "
+    stages = [x.split(" ...")[0] for x in r.stderr.splitlines() if not x.startswith(warned)]
     seen = list(dict.fromkeys(stages))
     assert seen[:2] == ["profiling", "planning"], r.stderr
     # then auto's stages, each with the best plan and bound so far
@@ -294,10 +295,10 @@ def test_progress_lines_on_a_piped_stderr(files):
     for quiet in ("--quiet", "--json"):  # no progress; warnings (a 0.3 s cap is hit) still show
         r = _run("plan", files / "branchy.onnx", *common, quiet)
         assert r.returncode == 0, r.stderr
-        assert all(x.startswith("WARNING") for x in r.stderr.splitlines()), r.stderr
+        assert all(x.startswith("partuner: warning: ") for x in r.stderr.splitlines()), r.stderr
         r = _run("tune", files / "branchy.onnx", *common, "-o", files / "o", "--repeat", 1, quiet)
         assert r.returncode == 0, r.stderr
-        assert all(x.startswith("WARNING") for x in r.stderr.splitlines()), r.stderr
+        assert all(x.startswith("partuner: warning: ") for x in r.stderr.splitlines()), r.stderr
 
 
 def test_ctrl_c_while_the_command_line_starts_is_one_line():
