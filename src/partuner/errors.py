@@ -80,7 +80,7 @@ def yaml_refusal(exc: Exception) -> str | None:
     ...     problem = "could not determine a constructor for the tag 'tag:yaml.org,2002:python/x'"
     ...     problem_mark = None
     >>> yaml_refusal(E())
-    "uses the YAML tag 'tag:yaml.org,2002:python/x', which partuner refuses (such tags can run code); write plain YAML data"
+    "uses the YAML tag 'tag:yaml.org,2002:python/x', which partuner refuses (a tag can make a YAML loader build objects or run code); write plain YAML data"
     """  # noqa: E501
     problem = str(getattr(exc, "problem", "") or "")
     head = "could not determine a constructor for the tag "
@@ -89,6 +89,6 @@ def yaml_refusal(exc: Exception) -> str | None:
     mark = getattr(exc, "problem_mark", None)
     line = f" at line {mark.line + 1}" if mark is not None else ""
     return (
-        f"uses the YAML tag {problem[len(head) :]}{line}, which partuner refuses (such tags can "
-        "run code); write plain YAML data"
+        f"uses the YAML tag {problem[len(head) :]}{line}, which partuner refuses (a tag can make "
+        "a YAML loader build objects or run code); write plain YAML data"
     )

@@ -25,6 +25,7 @@ from partuner.cli.common import (
     model_argument,
     quiet_option,
     read_inputs,
+    repeat_option,
     units_option,
 )
 from partuner.cli.stages import load_units_cli
@@ -41,9 +42,7 @@ TABLE_BATCH = 64
 @input_shape_option
 @units_option
 @db_option
-@click.option(
-    "--repeat", type=int, default=10, show_default=True, help="Timed runs per configuration."
-)
+@repeat_option(10, "Timed runs per configuration.")
 @click.option(
     "--table",
     is_flag=True,
@@ -102,8 +101,6 @@ def batch_cmd(
         raise BatchError("--table only profiles: leave out --input and --output")
     if batch is not None and batch < 1:
         raise BatchError(f"--batch must be >= 1, got {batch}")
-    if repeat < 1:
-        raise BatchError(f"--repeat must be >= 1, got {repeat}")
     if output is not None and not output.endswith(".npz"):
         raise BatchError(f"--output {output!r}: name a .npz file (numpy.load reads it)")
     bm = _load(model, input_shapes)

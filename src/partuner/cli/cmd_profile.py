@@ -312,14 +312,17 @@ def _import_nestc(
 
     unit = us[unit_name]  # unknown names raise UnitError naming the known ones
     imp = import_nestc(store, path, g, unit.fingerprint(), description=str(unit.describe()))
-    # units of one backend and settings share their measurements (one fingerprint, one row)
-    shared = [u.name for u in us if u.name != unit.name and u.fingerprint() == unit.fingerprint()]
+    # units of one backend and settings share their measurements (one fingerprint, one row);
+    # only units of the same kind can (no other unit's backend or cluster is asked)
+    fp = unit.fingerprint()
+    same_kind = [u for u in us if u.name != unit.name and type(u) is type(unit)]
+    shared = [u.name for u in same_kind if u.fingerprint() == fp]
     if as_json:
         emit_json(
             {
                 "unit": unit.name,
                 "shared_with": shared,
-                "fingerprint": unit.fingerprint(),
+                "fingerprint": fp,
                 "backend_name": imp.backend,
                 "rows": imp.rows,
                 "matched": imp.matched,

@@ -15,6 +15,7 @@ from partuner.cli.common import (
     emit_json,
     handle_errors,
     json_option,
+    repeat_option,
 )
 
 
@@ -32,13 +33,7 @@ def _ms(value: float | None) -> str:
     show_default=True,
     help="The HTML file to write.",
 )
-@click.option(
-    "--repeat",
-    type=click.IntRange(min=1),
-    default=10,
-    show_default=True,
-    help="Runs of the plan to time (the median is reported).",
-)
+@repeat_option(10, "Runs of the plan to time (the median is reported).")
 @json_option
 @handle_errors
 def report_cmd(

@@ -34,6 +34,7 @@ from partuner.cli.common import (
     model_argument,
     quiet_option,
     read_inputs,
+    repeat_option,
     units_option,
 )
 from partuner.errors import PartunerError
@@ -334,7 +335,7 @@ def _with_common(fn: Any) -> Any:
 
 @main.command("run")
 @_with_common
-@click.option("--repeat", type=click.IntRange(min=1), default=30, show_default=True)
+@repeat_option(30, "Runs of the plan to time (the median is reported).")
 @click.option(
     "--trace",
     "trace_path",

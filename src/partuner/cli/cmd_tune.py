@@ -26,6 +26,7 @@ from partuner.cli.common import (
     model_argument,
     objective_options,
     quiet_option,
+    repeat_option,
     skip_unavailable_option,
     units_option,
 )
@@ -52,13 +53,7 @@ from partuner.errors import PartunerError
     help="Output folder (default: ./partuner-out/<model name>).",
 )
 @click.option("--scheduler", default="auto", show_default=True)
-@click.option(
-    "--repeat",
-    type=click.IntRange(min=1),
-    default=30,
-    show_default=True,
-    help="Timed runs per measured configuration.",
-)
+@repeat_option(30, "Timed runs per measured configuration.")
 @skip_unavailable_option
 @click.option(
     "--time-limit",

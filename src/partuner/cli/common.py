@@ -42,6 +42,7 @@ __all__ = [
     "objective_options",
     "check_objective",
     "WritePath",
+    "repeat_option",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -180,6 +181,13 @@ def skip_unavailable_option(fn: F) -> F:
     warning) instead of stopping; what an unavailable unit's error advises."""
     text = "Leave out the units that are not available here (each named), instead of stopping."
     return click.option("--skip-unavailable", is_flag=True, help=text)(fn)
+
+
+def repeat_option(default: int, help: str) -> Callable[[F], F]:
+    """``--repeat N``: how many timed runs (at least 1), with this command's default."""
+    return click.option(
+        "--repeat", type=click.IntRange(min=1), default=default, show_default=True, help=help
+    )
 
 
 def quiet_option(fn: F) -> F:
