@@ -81,6 +81,19 @@ def feeds_other_unit_early(p: Problem, s: Schedule, a: str, b: str) -> bool:
     return any(s.slots[c].unit != u and s.slots[c].start < s.slots[b].end for c in p.succs(a))
 
 
+def feeds_other_unit_before_later(p: Problem, s: Schedule, a: str) -> bool:
+    """Rule (e), as a necessary condition: another unit starts on a's output before some later
+    node of a's unit ends, with more than a call overhead between a's end and that node's."""
+    u, end = s.slots[a].unit, s.slots[a].end
+    later = [sl.end for sl in s.slots.values() if sl.unit == u and sl.start >= end]
+    over = p.call_overhead_us.get(u, 0.0)
+    return any(
+        s.slots[c].unit != u and s.slots[c].start < t and t - end > over
+        for c in p.succs(a)
+        for t in later
+    )
+
+
 def shared_ran_between(p: Problem, s: Schedule, a: str, b: str) -> bool:
     """Did a unit sharing hardware with a's unit run a node between nodes a and b?"""
     u = s.slots[a].unit
@@ -140,6 +153,7 @@ def check_partitions(p: Problem, s: Schedule, parts: list[Partition]) -> None:
             or not acyclic(deps(p, merged))
             or shared_ran_between(p, s, x.nodes[-1], n)
             or feeds_other_unit_early(p, s, x.nodes[-1], n)
+            or feeds_other_unit_before_later(p, s, x.nodes[-1])
         )
     timing = simulate(p, parts)
     free: dict[str, float] = {}
@@ -313,6 +327,30 @@ def test_independent_inputs_run_in_parallel() -> None:
         ("p2", "u0", ("c",), 4, 5),
     ]
     assert plan.parallel_groups() == [["p0", "p1"]]
+
+
+@pytest.mark.parametrize(("overhead", "cut"), [(2.0, True), (30.0, False)])
+def test_a_run_is_cut_where_another_unit_reads_long_before_it_ends(
+    overhead: float, cut: bool
+) -> None:
+    # a -> b1 -> b2 -> b3 on u0; a -> c on u1, over a 5 µs link. b1 ends before c starts, so
+    # looking one node ahead (rule d) keeps a's run going, and c would wait for b3 (rule e).
+    # A cut costs u0 a call: worth it at 2 µs, not at 30 µs (more than the 21 µs c waits).
+    cost = {n: {"u0": 10.0, "u1": INF} for n in ("a", "b2", "b3")}
+    cost |= {"b1": {"u0": 1.0, "u1": INF}, "c": {"u0": INF, "u1": 10.0}}
+    edges = [Edge("a", "b1", 0), Edge("b1", "b2", 0), Edge("b2", "b3", 0), Edge("a", "c", 0)]
+    p = Problem(["a", "b1", "b2", "b3", "c"], ["u0", "u1"], cost, edges,
+                default_link=Link(5.0, INF), call_overhead_us={"u0": overhead})  # fmt: skip
+    ends = {"a": 10.0, "b1": 11.0, "b2": 21.0, "b3": 31.0}
+    slots = {n: Slot(n, "u0", e - cost[n]["u0"], e) for n, e in ends.items()}
+    s = Schedule(slots | {"c": Slot("c", "u1", 15.0, 25.0)}, "hand")
+    plan = plan_from_schedule(p, s)
+    runs = [x.nodes for x in plan.partitions if x.unit == "u0"]
+    assert runs == ([("a",), ("b1", "b2", "b3")] if cut else [("a", "b1", "b2", "b3")])
+    whole = simulate(p, [Partition("p0", "u0", ("a", "b1", "b2", "b3")), plan.partitions[-1]])
+    # a 2 µs cut: c starts at 12 + 5, not at 33 + 5; b3 ends at 12 + 2 + 21 = 35
+    assert plan.predicted_us == (35.0 if cut else whole.makespan_us)
+    assert plan.predicted_us <= whole.makespan_us
 
 
 def test_zero_time_cut_keeps_partitions_acyclic() -> None:

@@ -65,6 +65,7 @@ class Evaluator:
         for i, e in enumerate(problem.edges):
             pay = tuple((vid.setdefault(k, len(vid)), b) for k, b in problem.payload(i).items())
             self.edges.append((idx[e.src], idx[e.dst], pay))
+        self.nbytes = [{idx[s]: problem.pair_nbytes(n, s) for s in problem.succs(n)} for n in nodes]
         self.overhead = [problem.call_overhead_us.get(u, 0.0) for u in units]
         self.b_in = [problem.boundary_us_per_byte.get(u, 0.0) for u in units]
         self.b_out = [problem.boundary_out_us_per_byte.get(u, 0.0) for u in units]
@@ -118,8 +119,39 @@ class Evaluator:
     def _cut(
         self, assign: Sequence[int], start: list[float], end: list[float], seq: list[int]
     ) -> list[tuple[int, list[int]]]:
-        """make_partitions' rules (a) to (d), on indices; ``seq``: the nodes by start, end
+        """make_partitions' rules (a) to (e), on indices; ``seq``: the nodes by start, end
         and index."""
+        groups, out = self._runs(assign, start, end, seq, set())
+        early = self._early_reads(assign, start, end, groups)
+        if early:
+            groups, out = self._runs(assign, start, end, seq, early)
+        indegree = [0] * len(groups)
+        for targets in out:
+            for h in targets:
+                indegree[h] += 1
+        first = [start[nodes[0]] for nodes in groups]
+        unit_of = [assign[nodes[0]] for nodes in groups]
+        heap = [(first[g], unit_of[g], g) for g in range(len(groups)) if indegree[g] == 0]
+        heapq.heapify(heap)
+        parts: list[tuple[int, list[int]]] = []
+        while heap:
+            g = heapq.heappop(heap)[2]
+            parts.append((unit_of[g], groups[g]))
+            for h in sorted(out[g]):
+                indegree[h] -= 1
+                if indegree[h] == 0:
+                    heapq.heappush(heap, (first[h], unit_of[h], h))
+        return parts
+
+    def _runs(
+        self,
+        assign: Sequence[int],
+        start: list[float],
+        end: list[float],
+        seq: list[int],
+        early: set[int],
+    ) -> tuple[list[list[int]], list[set[int]]]:
+        """make_partitions' rules (a) to (d), closing a run also after each node of ``early``."""
         after_on_unit = [-1] * self.n_nodes
         prev: dict[int, int] = {}
         for n in seq:
@@ -141,13 +173,18 @@ class Evaluator:
             if g is not None:
                 run_start = start[groups[g][0]]
                 limit = run_start + _TOL * max(1.0, abs(run_start))
-                late = False
+                closed = False
                 for j, p in enumerate(preds[n]):
                     pu = assign[p]
                     if pu != u and end[p] + comm[n][j][pu][u] > limit:
-                        late = True
+                        closed = True  # (a): an input arrives late
                         break
-                if late or any(last_on.get(r, g) != g for r in rs) or _reaches(out, g, inputs):
+                if not closed:
+                    for r in rs:
+                        if last_on.get(r, g) != g:
+                            closed = True  # (c): a unit sharing hardware ran since
+                            break
+                if closed or _reaches(out, g, inputs):
                     g = None
             if g is None:
                 g = len(groups)
@@ -165,27 +202,44 @@ class Evaluator:
                 if q != g:
                     out[q].add(g)
             nxt = after_on_unit[n]
-            if nxt >= 0:
-                t = end[nxt]
-                if any(assign[s] != u and start[s] < t for s in succs[n]):
+            if nxt < 0:
+                continue
+            if n in early:
+                del open_run[u]
+                continue
+            t = end[nxt]
+            for s in succs[n]:
+                if start[s] < t and assign[s] != u:
                     del open_run[u]
-        indegree = [0] * len(groups)
-        for targets in out:
-            for h in targets:
-                indegree[h] += 1
-        first = [start[nodes[0]] for nodes in groups]
-        unit_of = [assign[nodes[0]] for nodes in groups]
-        heap = [(first[g], unit_of[g], g) for g in range(len(groups)) if indegree[g] == 0]
-        heapq.heapify(heap)
-        parts: list[tuple[int, list[int]]] = []
-        while heap:
-            g = heapq.heappop(heap)[2]
-            parts.append((unit_of[g], groups[g]))
-            for h in sorted(out[g]):
-                indegree[h] -= 1
-                if indegree[h] == 0:
-                    heapq.heappush(heap, (first[h], unit_of[h], h))
-        return parts
+                    break
+        return groups, out
+
+    def _early_reads(
+        self, assign: Sequence[int], start: list[float], end: list[float], groups: list[list[int]]
+    ) -> set[int]:
+        """make_partitions' rule (e): the nodes after which a second sweep cuts."""
+        cut: set[int] = set()
+        names = self.problem.nodes
+        for nodes in groups:
+            u, last = assign[nodes[0]], end[nodes[-1]]
+            over, per_byte = self.overhead[u], self.b_in[u] + self.b_out[u]
+            for k, n in enumerate(nodes[:-1]):
+                rest = last - end[n]
+                if rest <= over or not any(
+                    assign[s] != u and start[s] < last for s in self.succs[n]
+                ):
+                    continue
+                inside = set(nodes[k + 1 :])
+                kept = sum(self.nbytes[n][s] for s in self.succs[n] if s in inside)
+                if rest > over + kept * per_byte and not (
+                    self.grouped and self._fused_on(names[n], [names[m] for m in inside])
+                ):
+                    cut.add(n)
+        return cut
+
+    def _fused_on(self, node: str, later: list[str]) -> bool:
+        """Whether a fused group of ``node`` has a member among ``later``."""
+        return any(set(later).intersection(g.nodes) for g in self.problem.groups_of(node))
 
     def _simulate(self, parts: list[tuple[int, list[int]]]) -> float:
         """simulate's makespan; the parts' list order is topological (make_partitions')."""

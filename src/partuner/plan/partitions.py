@@ -60,6 +60,11 @@ def make_partitions(problem: Problem, schedule: Schedule) -> list[Partition]:
     the run began; then it opens a new run. A run is also closed right after (d) a node whose
     output another unit starts on before this unit's next node ends: a partition's outputs
     leave only when it ends, so without the cut that unit would wait for the whole run.
+    (e) A second sweep closes a run also right after a node whose output another unit starts on
+    before the run (as the first sweep cut it) ends, when the rest of the run takes longer than
+    a new call costs (the unit's call overhead, and the boundary cost of the node's values the
+    rest reads), and no fused group of the node goes on in the run: rule (d) looks one node
+    ahead, and a long run would otherwise hold a branch's input back for all of it.
     Partition times come from :func:`simulate`, which can run the result without deadlock.
 
     Raises
@@ -70,6 +75,39 @@ def make_partitions(problem: Problem, schedule: Schedule) -> list[Partition]:
     schedule.validate(problem)
     slots = schedule.slots
     order = sorted(problem.nodes, key=lambda n: (slots[n].start, slots[n].end, problem.index(n)))
+    groups, out = _runs(problem, slots, order, set())
+    early = _early_reads(problem, slots, groups)
+    if early:
+        groups, out = _runs(problem, slots, order, early)
+    first = [slots[nodes[0]] for nodes in groups]
+    unit_pos = {u: i for i, u in enumerate(problem.units)}
+    indegree = [0] * len(groups)
+    for targets in out:
+        for g in targets:
+            indegree[g] += 1
+    heap = [(first[g].start, unit_pos[first[g].unit], g) for g in range(len(groups))]
+    heap = [k for k in heap if indegree[k[2]] == 0]
+    heapq.heapify(heap)
+    parts: list[Partition] = []
+    while heap:
+        g = heapq.heappop(heap)[2]
+        parts.append(Partition(f"p{len(parts)}", first[g].unit, tuple(groups[g])))
+        for h in sorted(out[g]):
+            indegree[h] -= 1
+            if indegree[h] == 0:
+                heapq.heappush(heap, (first[h].start, unit_pos[first[h].unit], h))
+    timing = simulate(problem, parts)
+    return [
+        dataclasses.replace(p, start_us=timing.start_us[p.name], end_us=timing.end_us[p.name])
+        for p in parts
+    ]
+
+
+def _runs(
+    problem: Problem, slots: Mapping[str, Slot], order: list[str], early: set[str]
+) -> tuple[list[list[str]], list[set[int]]]:
+    """Rules (a) to (d) of :func:`make_partitions`, closing a run also after each node of
+    ``early``: the runs' nodes, and per run the runs reading from it or run after it."""
     group_of: dict[str, int] = {}
     groups: list[list[str]] = []
     out: list[set[int]] = []  # out[g]: the groups reading from g or run after it on its hardware
@@ -106,30 +144,33 @@ def make_partitions(problem: Problem, schedule: Schedule) -> list[Partition]:
         group_of[n] = g
         for q in inputs - {g}:
             out[q].add(g)
-        if _feeds_other_unit_early(problem, slots, n, after_on_unit.get(n)):
-            del open_run[unit]  # (d) close the run so its output leaves now, not at its end
-    first = [slots[nodes[0]] for nodes in groups]
-    unit_pos = {u: i for i, u in enumerate(problem.units)}
-    indegree = [0] * len(groups)
-    for targets in out:
-        for g in targets:
-            indegree[g] += 1
-    heap = [(first[g].start, unit_pos[first[g].unit], g) for g in range(len(groups))]
-    heap = [k for k in heap if indegree[k[2]] == 0]
-    heapq.heapify(heap)
-    parts: list[Partition] = []
-    while heap:
-        g = heapq.heappop(heap)[2]
-        parts.append(Partition(f"p{len(parts)}", first[g].unit, tuple(groups[g])))
-        for h in sorted(out[g]):
-            indegree[h] -= 1
-            if indegree[h] == 0:
-                heapq.heappush(heap, (first[h].start, unit_pos[first[h].unit], h))
-    timing = simulate(problem, parts)
-    return [
-        dataclasses.replace(p, start_us=timing.start_us[p.name], end_us=timing.end_us[p.name])
-        for p in parts
-    ]
+        if n in early or _feeds_other_unit_early(problem, slots, n, after_on_unit.get(n)):
+            del open_run[unit]  # (d), (e): close the run so its output leaves now
+    return groups, out
+
+
+def _early_reads(problem: Problem, slots: Mapping[str, Slot], groups: list[list[str]]) -> set[str]:
+    """Rule (e) of :func:`make_partitions`: the nodes after which a second sweep cuts."""
+    cut: set[str] = set()
+    for nodes in groups:
+        unit, end, inside = slots[nodes[0]].unit, slots[nodes[-1]].end, set(nodes)
+        over = problem.call_overhead_us.get(unit, 0.0)
+        per_byte = problem.boundary_us_per_byte.get(unit, 0.0)
+        per_byte += problem.boundary_out_us_per_byte.get(unit, 0.0)
+        for k, n in enumerate(nodes[:-1]):
+            rest = end - slots[n].end
+            succs = problem.succs(n)
+            if rest <= over or not any(
+                slots[s].unit != unit and slots[s].start < end for s in succs
+            ):
+                continue
+            kept = sum(problem.pair_nbytes(n, s) for s in succs if s in inside)
+            later = set(nodes[k + 1 :])
+            if rest > over + kept * per_byte and not any(
+                later.intersection(g.nodes) for g in problem.groups_of(n)
+            ):
+                cut.add(n)
+    return cut
 
 
 def _feeds_other_unit_early(
