@@ -25,6 +25,7 @@ from partuner.plan import (
     scheduler_names,
     simulate,
 )
+from partuner.plan.evaluate import Evaluator
 from partuner.plan.simulate import crossings, written
 from test_plan_cases import CASES, INF, PROPERTY, make_problem, problems
 
@@ -351,6 +352,9 @@ def test_a_run_is_cut_where_another_unit_reads_long_before_it_ends(
     # a 2 µs cut: c starts at 12 + 5, not at 33 + 5; b3 ends at 12 + 2 + 21 = 35
     assert plan.predicted_us == (35.0 if cut else whole.makespan_us)
     assert plan.predicted_us <= whole.makespan_us
+    order = [p.nodes.index(n) for n in ("a", "b1", "c", "b2", "b3")]  # its list schedule is s
+    assign = [p.units.index(s.slots[n].unit) for n in p.nodes]
+    assert Evaluator(p).latency(assign, order) == plan.predicted_us
 
 
 def test_zero_time_cut_keeps_partitions_acyclic() -> None:
