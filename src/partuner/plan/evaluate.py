@@ -223,23 +223,25 @@ class Evaluator:
         for nodes in groups:
             u, last = assign[nodes[0]], end[nodes[-1]]
             over, per_byte = self.overhead[u], self.b_in[u] + self.b_out[u]
+            members: set[int] | None = None  # built for the first node that may be cut
             for k, n in enumerate(nodes[:-1]):
                 rest = last - end[n]
                 if rest <= over or not any(
                     assign[s] != u and start[s] < last for s in self.succs[n]
                 ):
                     continue
-                inside = set(nodes[k + 1 :])
-                kept = sum(self.nbytes[n][s] for s in self.succs[n] if s in inside)
+                members = set(nodes) if members is None else members
+                kept = sum(self.nbytes[n][s] for s in self.succs[n] if s in members)
                 if rest > over + kept * per_byte and not (
-                    self.grouped and self._fused_on(names[n], [names[m] for m in inside])
+                    self.grouped and self._fused_on(names[n], [names[m] for m in nodes[k + 1 :]])
                 ):
                     cut.add(n)
         return cut
 
     def _fused_on(self, node: str, later: list[str]) -> bool:
         """Whether a fused group of ``node`` has a member among ``later``."""
-        return any(set(later).intersection(g.nodes) for g in self.problem.groups_of(node))
+        rest = set(later)
+        return any(not rest.isdisjoint(g.nodes) for g in self.problem.groups_of(node))
 
     def _simulate(self, parts: list[tuple[int, list[int]]]) -> float:
         """simulate's makespan; the parts' list order is topological (make_partitions')."""

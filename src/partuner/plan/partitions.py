@@ -165,9 +165,8 @@ def _early_reads(problem: Problem, slots: Mapping[str, Slot], groups: list[list[
             ):
                 continue
             kept = sum(problem.pair_nbytes(n, s) for s in succs if s in inside)
-            later = set(nodes[k + 1 :])
             if rest > over + kept * per_byte and not any(
-                later.intersection(g.nodes) for g in problem.groups_of(n)
+                not set(nodes[k + 1 :]).isdisjoint(g.nodes) for g in problem.groups_of(n)
             ):
                 cut.add(n)
     return cut
