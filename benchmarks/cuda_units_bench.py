@@ -9,9 +9,15 @@ threads on as many cores) and ``gpu`` (onnxruntime's CUDA provider). For each zo
 * each unit alone (the whole model as one partition) and the plans of ``auto``, ``heft`` and
   ``static`` (CPU-first: ``cpu`` is listed first): partitions, predicted and measured latency
   (``partuner.runtime.Session``, median of ``--repeat`` runs) and the output check against
-  onnxruntime on the CPU.
+  onnxruntime on the CPU;
+* beside them, the whole model in a plain onnxruntime CUDA session, f32 and TF32 (what the
+  CUDA provider does unless told not to), and on the gpu unit's own runner without a partuner
+  Session (what the Session adds);
+* ``partuner batch``'s split of ``--batch`` items of each ``--batch-models`` model across
+  both units, against the best unit alone and the sum of both units' throughputs.
 
     python benchmarks/cuda_units_bench.py [--cpu-threads 8] [--repeat 50] [--out FILE]
+        [--gpu-precision f32|tf32] [--batch 64] [--batch-models resnet50,googlenet]
 
 ``--gpu-provider cpu --models squeezenet`` runs the same steps with both units on the CPU: a
 dry run of the script on a machine without a GPU (its figures say nothing about GPUs).
@@ -66,6 +72,88 @@ def _measure(graph, units, plan, feeds, ref, repeat: int) -> dict:
     }
 
 
+def _plain(graph, provider: str, precision: str, feeds, ref, repeat: int) -> dict:
+    """The whole model in one plain onnxruntime session on ``provider`` (what a user runs
+    without partuner): median and p90 of ``repeat`` timed runs after 5 warm-ups."""
+    import time
+
+    import numpy as np
+    import onnxruntime as ort
+
+    from partuner.units.onnxruntime_unit import _with_options
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(
+        graph.model.SerializeToString(), so, providers=[_with_options(provider, precision)]
+    )
+    for _ in range(5):
+        out = sess.run(None, feeds)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = sess.run(None, feeds)
+        times.append((time.perf_counter() - t0) * 1e3)
+    got = dict(zip([o.name for o in sess.get_outputs()], out, strict=True))
+    check = check_outputs(ref, got, [precision])
+    return {
+        "providers": sess.get_providers(),
+        "median_ms": float(np.median(times)),
+        "p90_ms": float(np.percentile(times, 90)),
+        "check_passed": check.passed,
+        "max_abs": max((o.max_abs for o in check.outputs), default=0.0),
+    }
+
+
+def _runner(graph, unit, feeds, repeat: int) -> dict:
+    """The whole model on ``unit``'s own runner, called straight from this thread (no
+    partuner Session): what the Session adds is the difference to a one-partition plan."""
+    import time
+
+    import numpy as np
+
+    runner = unit.prepare(graph.model)
+    try:
+        for _ in range(5):
+            runner.run(feeds)
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            runner.run(feeds)
+            times.append((time.perf_counter() - t0) * 1e3)
+    finally:
+        runner.close()
+    return {"median_ms": float(np.median(times)), "p90_ms": float(np.percentile(times, 90))}
+
+
+def _batch(name: str, units, batch: int, store) -> dict:
+    """``partuner batch``'s evaluation of ``name`` at ``batch`` items on the cpu and gpu units."""
+    from partuner.batch import BatchModel, evaluate_batch
+
+    r = evaluate_batch(
+        BatchModel(zoo.build(name, image_size=224), name), units, batch, store=store, repeat=5
+    )
+    d = r.to_dict()
+    keys = ("model", "batch", "split", "predicted_ms", "measured_ms", "throughput", "unit_alone")
+    out = {k: d[k] for k in keys}
+    out.update(
+        best_single=d["baselines"]["best_single"],
+        physical_limit=d["physical_limit"],
+        efficiency=d["efficiency"],
+        check_passed=d["check"]["passed"],
+    )
+    return out
+
+
+def _unit_figures(up) -> dict:
+    """What the profile holds for one unit (µs): where the whole-model prediction comes from."""
+    keys = ("whole_us", "layer_parts_us", "layer_wall_us", "call_us", "overhead_us", "scale")
+    out = {k: getattr(up, k) for k in keys}
+    out["boundary_us_per_byte"] = up.boundary_us_per_byte
+    out["costs_from"] = up.costs_from
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--cpu-threads", type=int, default=8)
@@ -73,6 +161,11 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write the JSON here instead")
     ap.add_argument("--gpu-provider", default="cuda", help="the gpu unit's provider (dry run: cpu)")
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated zoo names")
+    ap.add_argument("--batch", type=int, default=64, help="items for the batch split (0: skip)")
+    ap.add_argument("--batch-models", default="resnet50", help="comma-separated zoo names")
+    ap.add_argument(
+        "--gpu-precision", default="f32", choices=("f32", "tf32"), help="the gpu unit's precision"
+    )
     args = ap.parse_args()
     import onnxruntime
 
@@ -88,7 +181,8 @@ def main() -> None:
         {
             "units": {
                 "cpu": {"backend": "onnxruntime", "threads": t, "cores": list(range(t))},
-                "gpu": {"backend": "onnxruntime", "provider": args.gpu_provider},
+                "gpu": {"backend": "onnxruntime", "provider": args.gpu_provider}
+                | ({} if dry else {"precision": args.gpu_precision}),
             }
         }
     )
@@ -110,6 +204,12 @@ def main() -> None:
         for s in ("auto", "heft", "static"):
             if s in plans:
                 runs[s] = _measure(graph, units, plans[s], feeds, ref, args.repeat)
+        provider = units["gpu"].options["provider"]
+        plain = {
+            p: _plain(graph, provider, p, feeds, ref, args.repeat)
+            for p in (("f32", "tf32") if not dry else ("f32",))
+        }
+        direct = _runner(graph, units["gpu"], feeds, args.repeat)
         rows.append(
             {
                 "model": f"zoo:{name}@224",
@@ -122,16 +222,27 @@ def main() -> None:
                     "points": fit.describe()["points"],
                 },
                 "costs_from": {u: prof.units[u].costs_from for u in units.names},
+                "profile": {u: _unit_figures(prof.units[u]) for u in units.names},
                 "runs": runs,
+                "plain_gpu": plain,
+                "gpu_runner_direct": direct,
             }
         )
         print(f"done {name}", file=sys.stderr, flush=True)
+    batches = []
+    if args.batch > 0:
+        for name in args.batch_models.split(","):
+            with ProfileStore(work / "profiles.db") as store:
+                batches.append(_batch(name, units, args.batch, store))
+            print(f"done batch {name}", file=sys.stderr, flush=True)
     data = {
         "machine": {**machine(), "gpu": _gpu_name()},
         "onnxruntime": onnxruntime.__version__,
         "cpu_threads": t,
+        "gpu_precision": args.gpu_precision,
         "repeat": args.repeat,
         "rows": rows,
+        "batches": batches,
     }
     if args.out or dry:  # a dry run never takes the place of GPU results
         path = Path(args.out or temp_dir("partuner-cuda-dry-") / "cuda_units.json")
@@ -174,6 +285,33 @@ def table(data: dict) -> str:
                 f"| {r['model']} | {text} | {name} | {', '.join(x['units_used'])} | "
                 f"{x['partitions']} | {x['predicted_ms']:.3f} | {x['measured_ms']:.3f} | "
                 f"{'pass' if x['check_passed'] else 'FAIL'} |"
+            )
+        for p, x in r.get("plain_gpu", {}).items():
+            out.append(
+                f"| {r['model']} | - | plain onnxruntime, gpu {p} | gpu | 1 | - | "
+                f"{x['median_ms']:.3f} | {'pass' if x['check_passed'] else 'FAIL'} |"
+            )
+        d = r.get("gpu_runner_direct")
+        if d is not None:
+            out.append(
+                f"| {r['model']} | - | gpu unit's runner, no Session | gpu | 1 | - | "
+                f"{d['median_ms']:.3f} | - |"
+            )
+    if data.get("batches"):
+        out += [
+            "",
+            "| model | batch | split | predicted ms | measured ms | best unit alone ms | "
+            "of the physical limit | check |",
+            "|" + "---|" * 8,
+        ]
+        for b in data["batches"]:
+            best = b["best_single"] or {}
+            split = " ".join(f"{u}:{n}" for u, n in b["split"].items())
+            out.append(
+                f"| {b['model']} | {b['batch']} | {split} | {b['predicted_ms']:.2f} | "
+                f"{b['measured_ms']:.2f} | {best.get('unit', '-')} {best.get('measured_ms', 0):.2f}"
+                f" | {100 * (b['efficiency'] or 0):.0f} % | "
+                f"{'pass' if b['check_passed'] else 'FAIL'} |"
             )
     return "\n".join(out)
 

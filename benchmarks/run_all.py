@@ -447,8 +447,12 @@ def cuda_section() -> list[str]:
         "## cuda_units",
         "",
         "A CPU and a CUDA GPU as units (onnxruntime's CPU and CUDA providers): the measured "
-        "host-device link, each unit alone and the plans of `auto`, `heft` and `static`, "
-        f"measured on a machine with an {m.get('gpu', 'CUDA GPU')} ({m['cores']} CPU cores; "
+        "host-device link, each unit alone and the plans of `auto`, `heft` and `static`; "
+        "beside them, the whole model in a plain onnxruntime CUDA session (f32, and TF32, "
+        "which onnxruntime's CUDA provider uses unless told not to) and on the gpu unit's "
+        "runner without a partuner Session; then `partuner batch`'s split of a batch across "
+        f"both units. The gpu unit runs at {d.get('gpu_precision', 'f32')}. Measured on a "
+        f"machine with an {m.get('gpu', 'CUDA GPU')} ({m['cpu']}, {m['cores']} CPU cores; "
         f"{d['cpu_threads']} CPU threads for `cpu`), onnxruntime {d['onnxruntime']}, "
         f"{m['date']}. Not re-run by `run_all.py`: it needs a GPU.",
         "",

@@ -167,6 +167,8 @@ def test_unknown_option_lists_valid_ones():
         ({"cores": [-1]}, "core ids >= 0"),
         ({"ops": []}, "'ops' must be a non-empty list"),
         ({"session_options": [1]}, "'session_options' must be a mapping"),
+        ({"precision": "tf32"}, r"'precision: tf32' needs provider cuda \(CPUExecution"),
+        ({"precision": "bf16", "provider": "cuda"}, "'precision' must be one of"),
     ],
 )
 def test_onnxruntime_option_errors(kwargs, pattern):
@@ -186,6 +188,49 @@ def test_provider_short_names():
         assert reason.startswith("CUDAExecutionProvider not available; onnxruntime offers [")
         with pytest.raises(UnitUnavailableError, match="'g' cannot run here"):
             cuda.prepare(conv_relu_model()[0])
+
+
+@pytest.mark.filterwarnings("ignore:Specified provider")
+def test_a_provider_onnxruntime_falls_back_from_is_an_error_not_a_cpu_run():
+    """onnxruntime runs a session on the CPU, with a warning only, when the provider asked for
+    cannot be set up (not offered, or its CUDA libraries do not load): a "gpu" unit would then
+    profile and run on the CPU and every figure would be the CPU's."""
+    import onnxruntime
+
+    from partuner.units.onnxruntime_unit import OnnxruntimeRunner
+
+    missing = "CUDAExecutionProvider"
+    if missing in onnxruntime.get_available_providers():
+        pytest.skip("this onnxruntime offers CUDA, so it would not fall back")
+    with pytest.raises(UnitError, match=r"'g': onnxruntime could not set up CUDAExecution"):
+        OnnxruntimeRunner(conv_relu_model()[0], unit_name="g", provider=missing)
+    ok = OnnxruntimeRunner(conv_relu_model()[0], unit_name="c", provider="CPUExecutionProvider")
+    assert ok.input_names
+
+
+def test_a_cuda_unit_is_f32_unless_it_asks_for_tf32():
+    """onnxruntime's CUDA provider computes convolutions in TF32 unless told not to; a unit's
+    precision says which, the session is told, and the output check uses its rule."""
+    from partuner.runtime.check import tolerance_for
+    from partuner.units.onnxruntime_unit import _with_options
+
+    f32 = OnnxruntimeUnit("g", provider="cuda")
+    tf32 = OnnxruntimeUnit("t", provider="cuda", precision="TF32")
+    assert (f32.precision, tf32.precision) == ("f32", "tf32")
+    assert "precision" not in f32.spec() and tf32.spec()["precision"] == "tf32"
+    assert (
+        OnnxruntimeUnit("t2", **{k: v for k, v in tf32.spec().items() if k != "backend"}).precision
+        == "tf32"
+    )
+    assert f32.fingerprint() != tf32.fingerprint()
+    assert _with_options("CUDAExecutionProvider", "f32") == (
+        "CUDAExecutionProvider",
+        {"use_tf32": "0"},
+    )
+    assert _with_options("CUDAExecutionProvider", "tf32")[1] == {"use_tf32": "1"}
+    assert _with_options("CPUExecutionProvider", "f32") == "CPUExecutionProvider"
+    assert tolerance_for(["f32", "tf32"])[0] == "tf32"
+    assert tolerance_for(["tf32", "bf16"])[0] == "bf16"
 
 
 def test_fingerprint_ignores_name_and_cores_but_not_speed_options():

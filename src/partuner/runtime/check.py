@@ -19,6 +19,7 @@ __all__ = ["CheckResult", "OutputCheck", "check_outputs", "tolerance_for"]
 # Pass rules: max |got - ref| <= atol + rtol * max|ref|, and cosine >= min_cosine.
 _RULES = {
     "f32": {"atol": 1e-5, "rtol": 1e-4, "min_cosine": 0.99999},
+    "tf32": {"atol": 1e-3, "rtol": 2e-2, "min_cosine": 0.999},  # f16's 10-bit mantissa
     "f16": {"atol": 1e-3, "rtol": 2e-2, "min_cosine": 0.999},
     "bf16": {"atol": 1e-2, "rtol": 1e-1, "min_cosine": 0.99},
 }
@@ -32,7 +33,7 @@ def tolerance_for(precisions: Iterable[str]) -> tuple[str, dict[str, float]]:
     >>> tolerance_for(["f32", "bf16"])[0]
     'bf16'
     """
-    order = ["f32", "f16", "bf16"]
+    order = ["f32", "tf32", "f16", "bf16"]
     worst = "f32"
     for p in precisions:
         p = p if p in _RULES else "bf16"

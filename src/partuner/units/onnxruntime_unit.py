@@ -14,6 +14,10 @@ spinning : whether idle intra-op threads spin: ``false`` (default), ``true``, or
 optimization : graph optimization level, ``all`` (default), ``extended``, ``basic``, ``disable``.
 session_options : extra ``SessionOptions`` config entries, e.g.
     ``{"session.set_denormal_as_zero": 1}``.
+precision : ``f32`` (default) or, with the CUDA provider only, ``tf32``. onnxruntime's CUDA
+    provider runs convolutions and matrix products in TensorFloat-32 (a 10-bit mantissa) unless
+    told not to (``use_tf32``); ``f32`` tells it not to, so a CUDA unit computes what it says,
+    and ``tf32`` lets it, checked by the ``tf32`` rule (as loose as f16's).
 
 Runs go through ``session.run(None, feeds)``: on a 1-op graph it was cheaper per run than
 IOBinding (bind input, bind output, run, copy out) and than ``run_with_ort_values`` (which wraps
@@ -106,6 +110,7 @@ class OnnxruntimeRunner(Runner):
         spinning: bool | str = False,
         optimization: str = "all",
         session_options: Mapping[str, str] | None = None,
+        precision: str = "f32",
         profile_prefix: str | None = None,
     ) -> None:
         import onnxruntime as ort
@@ -130,12 +135,18 @@ class OnnxruntimeRunner(Runner):
             so.profile_file_prefix = profile_prefix
         try:
             self._sess: Any = ort.InferenceSession(
-                model.SerializeToString(), so, providers=[provider]
+                model.SerializeToString(), so, providers=[_with_options(provider, precision)]
             )
         except Exception as exc:
             raise UnitError(
                 f"unit {unit_name!r}: onnxruntime cannot load the model: {_first_line(exc)}"
             ) from exc
+        used = list(self._sess.get_providers())
+        if provider not in used:  # onnxruntime falls back to the CPU with only a log line
+            raise UnitError(
+                f"unit {unit_name!r}: onnxruntime could not set up {provider} and would run on "
+                f"{used} instead; check that the provider's libraries (CUDA, cuDNN, ...) load"
+            )
         self.input_names = tuple(i.name for i in self._sess.get_inputs())
         self.output_names = tuple(o.name for o in self._sess.get_outputs())
 
@@ -156,6 +167,13 @@ class OnnxruntimeRunner(Runner):
 
     def close(self) -> None:
         self._sess = None
+
+
+def _with_options(provider: str, precision: str) -> str | tuple[str, dict[str, str]]:
+    """The ``providers`` entry for ``provider`` at ``precision`` (CUDA: TF32 on or off)."""
+    if provider == "CUDAExecutionProvider":
+        return provider, {"use_tf32": "1" if precision == "tf32" else "0"}
+    return provider
 
 
 def kernel_times(events: list[dict[str, Any]]) -> list[tuple[tuple[str, ...], float]]:
@@ -193,6 +211,8 @@ class OnnxruntimeUnit(Unit):
         "default false)",
         "optimization": "graph optimization: all (default), extended, basic, disable",
         "session_options": "mapping of extra SessionOptions config entries",
+        "precision": "f32 (default) or, with provider cuda, tf32 (TensorFloat-32 convolutions "
+        "and matrix products)",
     }
 
     def _configure(self, options: dict[str, Any]) -> dict[str, Any]:
@@ -203,13 +223,21 @@ class OnnxruntimeUnit(Unit):
             raise UnitError(f"option 'spinning' must be true, false or run, got {spinning!r}")
         optimization = opt_choice(options, "optimization", "all", list(_LEVELS)[::-1])
         session_options = opt_str_map(options, "session_options")
-        self.precision = "f32"
+        precision = opt_choice(options, "precision", "f32", ("f32", "tf32"))
+        if precision == "tf32" and provider != "CUDAExecutionProvider":
+            raise UnitError(
+                f"option 'precision: tf32' needs provider cuda ({provider} has no TensorFloat-32 "
+                "setting); leave precision out for f32"
+            )
+        self.precision = precision
         return {
             "provider": provider,
             "threads": threads,
             "spinning": spinning,
             "optimization": optimization,
             "session_options": session_options,
+            # only where it is not the default: every other unit's spec stays as it was
+            **({"precision": precision} if precision != "f32" else {}),
         }
 
     @property
