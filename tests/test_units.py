@@ -233,6 +233,23 @@ def test_a_cuda_unit_is_f32_unless_it_asks_for_tf32():
     assert tolerance_for(["tf32", "bf16"])[0] == "bf16"
 
 
+def test_the_cpu_gpu_example_file_puts_an_f32_cuda_unit_first():
+    from pathlib import Path
+
+    import onnxruntime
+
+    from partuner.units import load_units
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "units" / "cpu-gpu.yaml"
+    units = load_units(path)
+    assert units.names == ["gpu", "cpu"]  # static placement's priority: the gpu first
+    gpu = units["gpu"]
+    assert (gpu.options["provider"], gpu.precision) == ("CUDAExecutionProvider", "f32")
+    ok, reason = gpu.availability()
+    assert ok == ("CUDAExecutionProvider" in onnxruntime.get_available_providers())
+    assert ok or reason.startswith("CUDAExecutionProvider not available")
+
+
 def test_fingerprint_ignores_name_and_cores_but_not_speed_options():
     a = OnnxruntimeUnit("cpu0", threads=1, cores=[0])
     b = OnnxruntimeUnit("cpu1", threads=1, cores=[1])
