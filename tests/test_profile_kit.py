@@ -206,3 +206,34 @@ def test_units_shows_the_link_a_kit_measured_between_remote_units(branchy_file, 
     assert "measured by an earlier profiling run, as stored" in r.output
     r = CliRunner().invoke(main, ["units", "--units", str(u), "--db", str(tmp_path / "none.db")])
     assert r.exit_code == 0 and "default link" in r.output  # nothing imported there
+
+
+@pytest.mark.filterwarnings("ignore:Specified provider")
+def test_runner_times_nothing_on_the_cpu_for_a_provider_it_cannot_set_up(tmp_path):
+    """On a board whose onnxruntime cannot set up the unit's provider (CUDA here, where the
+    onnxruntime installed has none), onnxruntime would run on the CPU: the kit's runner marks
+    the item failed with the reason instead of storing CPU timings as the GPU's."""
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    from partuner.profile.kit_runner import Backend, run_item
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("this onnxruntime offers CUDA")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.save_model(model, tmp_path / "m.onnx")
+    session = {"threads": 1, "optimization": "all", "spinning": False, "session_options": {}}
+    gpu = {"name": "g", "backend": "onnxruntime"}
+    gpu["session"] = {**session, "provider": "CUDAExecutionProvider", "precision": "tf32"}
+    item = {"files": ["m.onnx"], "inputs": {"x": {"shape": [1, 4], "dtype": "float32"}}}
+    got = run_item(Backend(gpu), tmp_path, item, 0.05)
+    assert got[3:5] == [0, "failed"]
+    assert "could not set up CUDAExecutionProvider" in got[5]
+    cpu = {"name": "c", "backend": "onnxruntime"}
+    cpu["session"] = {**session, "provider": "CPUExecutionProvider"}
+    assert run_item(Backend(cpu), tmp_path, item, 0.05)[4] == "ok"

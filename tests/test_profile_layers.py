@@ -28,11 +28,26 @@ def test_kernels_map_by_node_name_value_name_and_fused_neighbours(squeeze):
     assert m.costs["features.0"] == pytest.approx(80.0)
     assert m.costs["features.1"] == pytest.approx(10.0)
     assert m.costs["features.2"] == pytest.approx(5.0)
-    # the squeeze's Relu has no kernel of its own: it joins its chain neighbour's, which has no
-    # weight for it, so the kernel is split equally
+    # the squeeze's Relu has no kernel of its own: it joins its chain neighbour's and, with no
+    # weight of its own, counts as the mean of the others' (here: an equal split)
     assert m.costs["features.3.squeeze"] + m.costs["features.3.squeeze_activation"] == 12.0
     assert m.mapped_us == 107.0 and m.unmapped_us == 7.0 and m.total_us == 114.0
     assert m.kernels == 4
+
+
+def test_a_node_timed_at_zero_gets_none_of_a_fused_kernel(squeeze):
+    """A Relu's isolated time less the call's is 0 where the call costs more than the Relu:
+    it gets none of its Conv+Relu kernel (an equal split gave it half the convolution's time,
+    and plans that moved the Relu away were predicted faster than they ran); a node with no
+    weight at all counts as the mean of the kernel's others."""
+    fused = (("features.1_output_nchwc", "features.1_output"), 2400.0)
+    rest = [((n.name,), 1.0) for n in squeeze.compute_nodes[2:]]  # each has its own kernel
+    m = map_layers(squeeze, [fused, *rest], {"features.0": 2300.0, "features.1": 0.0})
+    assert (m.costs["features.0"], m.costs["features.1"]) == (2400.0, 0.0)
+    m = map_layers(squeeze, [fused, *rest], {"features.0": 2300.0})
+    assert m.costs["features.0"] == m.costs["features.1"] == 1200.0
+    m = map_layers(squeeze, [fused, *rest], {"features.0": 0.0, "features.1": 0.0})
+    assert m.costs["features.0"] == m.costs["features.1"] == 1200.0
 
 
 def test_a_kernel_named_by_several_layers_is_shared():

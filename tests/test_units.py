@@ -231,6 +231,9 @@ def test_a_cuda_unit_is_f32_unless_it_asks_for_tf32():
     assert _with_options("CPUExecutionProvider", "f32") == "CPUExecutionProvider"
     assert tolerance_for(["f32", "tf32"])[0] == "tf32"
     assert tolerance_for(["tf32", "bf16"])[0] == "bf16"
+    from partuner.units.untrusted import check_plan_units
+
+    check_plan_units({"t": tf32.spec()}, "plan.yaml")  # a plan made with it runs with it
 
 
 def test_the_cpu_gpu_example_file_puts_an_f32_cuda_unit_first():

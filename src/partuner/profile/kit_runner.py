@@ -184,7 +184,16 @@ class Backend:
             )
             for k, v in s["session_options"].items():
                 so.add_session_config_entry(k, v)
-            sess = ort.InferenceSession(path, so, providers=[s["provider"]])
+            provider = s["provider"]
+            if provider == "CUDAExecutionProvider":  # TF32 only where the unit says tf32
+                tf32 = "1" if s.get("precision") == "tf32" else "0"
+                provider = (provider, {"use_tf32": tf32})
+            sess = ort.InferenceSession(path, so, providers=[provider])
+            if s["provider"] not in sess.get_providers():  # else its timings are the CPU's
+                raise RuntimeError(
+                    f"onnxruntime could not set up {s['provider']}; it would run on "
+                    f"{sess.get_providers()}"
+                )
             outs = [o.name for o in sess.get_outputs()]
 
             def run(feeds: dict) -> dict:

@@ -16,7 +16,9 @@ may stand for):
 - a node no kernel names was fused into a neighbour (onnxruntime names a Conv+Relu kernel after
   the Relu's output): it joins the kernel of the next node of its chain (or, failing that, of
   the previous one);
-- each kernel's time is shared among its nodes in proportion to their isolated times;
+- each kernel's time is shared among its nodes in proportion to their isolated times (a node
+  timed at 0 µs, no more than a call costs, gets none of a fused Conv+Relu kernel's time; a
+  node without an isolated time counts as the mean of the others');
 - a layout or precision conversion OpenVINO inserts between two layers is named
   ``<from>_<layout or precision>..._<to>`` (``relu_abcd_acdb_conv``, ``conv_bf16_f32_concat``);
   it maps to the node it feeds (``<to>``), the node that needs the conversion; one that
@@ -82,8 +84,12 @@ def map_layers(
 ) -> LayerMap:
     """Map per-kernel times to the compute nodes of ``graph``.
 
-    ``weight[node]`` (the isolated time) shares a kernel among the nodes it covers; nodes with
-    no finite positive weight share equally.
+    ``weight[node]`` (the isolated time) shares a kernel among the nodes it covers, in
+    proportion: a node weighing 0 (its isolated time no more than a call's) gets none of it,
+    one with no finite weight counts as the mean of the kernel's others; nodes share equally
+    only where none weighs more than 0. (Sharing equally wherever one node weighed 0 gave the
+    Relu of an onnxruntime Conv+Relu kernel half the convolution's time, so that plans moving
+    the Relu to another unit were predicted faster than they ran.)
 
     Examples
     --------
@@ -94,6 +100,9 @@ def map_layers(
     >>> m = map_layers(g, ks, {"features.0": 80.0, "features.1": 10.0})
     >>> m.costs["features.0"], m.costs["features.1"], m.unmapped_us
     (80.0, 10.0, 4.0)
+    >>> m = map_layers(g, ks, {"features.0": 80.0, "features.1": 0.0})
+    >>> m.costs["features.0"], m.costs["features.1"]
+    (90.0, 0.0)
     """
     compute = {n.name for n in graph.compute_nodes}
     members: list[list[str]] = []
@@ -136,12 +145,25 @@ def map_layers(
         if not ms:
             continue
         mapped += float(us)
-        w = [weight.get(n, 0.0) for n in ms]
-        ok = all(x > 0 and x != float("inf") for x in w)
-        total = sum(w) if ok else float(len(ms))
-        for n, x in zip(ms, w if ok else [1.0] * len(ms), strict=True):
+        w = _shares([weight.get(n) for n in ms])
+        total = sum(w)
+        for n, x in zip(ms, w, strict=True):
             costs[n] = costs.get(n, 0.0) + float(us) * x / total
     return LayerMap(costs, mapped, unmapped, len(kernels), writes)
+
+
+def _shares(weights: Sequence[float | None]) -> list[float]:
+    """Weights to share a kernel by: the known ones (finite, >= 0) as they are, an unknown one
+    as their mean; all 1 where none is above 0.
+
+    >>> _shares([80.0, 0.0, None]), _shares([0.0, None]), _shares([math.inf, 2.0])
+    ([80.0, 0.0, 40.0], [1.0, 1.0], [2.0, 2.0])
+    """
+    known = [float(x) for x in weights if x is not None and 0.0 <= x < math.inf]
+    if not known or sum(known) <= 0.0:
+        return [1.0] * len(weights)
+    fill = sum(known) / len(known)
+    return [float(x) if x is not None and 0.0 <= x < math.inf else fill for x in weights]
 
 
 def _resolve(graph: ModelGraph, compute: set[str], name: str) -> str | None:

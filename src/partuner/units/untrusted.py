@@ -38,7 +38,7 @@ _COMMON = frozenset({"cores", "ops", "memory_mb", "remote"})
 #: backend -> its options a plan may set
 SAFE_BACKENDS: dict[str, frozenset[str]] = {
     "onnxruntime": frozenset(
-        {"provider", "threads", "spinning", "optimization", "session_options"}
+        {"provider", "threads", "spinning", "optimization", "session_options", "precision"}
     ),
     "openvino": frozenset({"device", "threads", "precision", "pinning", "properties"}),
     "modeled": frozenset({"gflops", "gbps", "overhead_us", "conv_channel_multiple", "precision"}),
