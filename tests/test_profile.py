@@ -17,7 +17,7 @@ from partuner.profile import (
     profile_model,
     time_call,
 )
-from partuner.profile.context import CHAIN_KS, fit_chain_costs
+from partuner.profile.context import CHAIN_KS, chain_cuts, fit_chain_costs, measure_chains
 from partuner.units import load_units
 
 
@@ -93,7 +93,7 @@ def test_profile_reuses_the_store(branchy, units_file, db):
     # + onnxruntime's per-layer profile of the whole model + waking up after idling + writing
     # values out
     n = len(branchy.compute_nodes)
-    chains = sum(2 for k in CHAIN_KS if k <= n)
+    chains = sum(2 for k in CHAIN_KS if k <= n) + 1  # the whole model three times
     assert first.measured == first.signatures + 1 + chains + 1 + 1 + 1
     assert first.units["cpu0"].costs_from == "layers"
     assert first.reused == 0
@@ -154,3 +154,24 @@ def test_chain_fit_recovers_costs_and_never_goes_negative():
     g = fit_chain_costs(noisy)
     assert g.per_partition_us > 0 and g.per_byte_us >= 0
     assert fit_chain_costs([]) is None
+
+
+def test_whole_model_time_is_the_median_of_three_apart():
+    # a quiet moment and a loaded one among the three whole-model timings set nothing
+    pts = [(1, 0.0, 900.0), (4, 1e5, 1100.0), (1, 0.0, 1000.0), (16, 4e5, 1500.0), (1, 0.0, 1400.0)]
+    assert fit_chain_costs(pts).whole_us == 1000.0
+    assert fit_chain_costs(pts[:3]).whole_us == 950.0  # two (a kit of an earlier version)
+
+
+def test_whole_model_is_timed_first_in_the_middle_and_last(branchy):
+    sigs = [s for s, _ in chain_cuts(branchy, "d")]
+    at = [i for i, s in enumerate(sigs) if "#k1#" in s]
+    assert len(at) == 3 and at[0] == 0 and at[2] == len(sigs) - 1 and 2 <= at[1] <= len(sigs) - 3
+    assert len(set(sigs)) == len(sigs)
+    # a store of an earlier version has no third whole timing: the other points still count
+    def lookup(sig, make):
+        if sig.endswith("#k1#t2"):
+            return None
+        return Measurement(1000.0, 1000.0, 1000.0, 5, "ok", '{"partitions": 1, "bytes": 0.0}')
+
+    assert len(measure_chains(None, branchy, lookup, "d", 0.01)) == len(sigs) - 1

@@ -355,9 +355,9 @@ def profile_regions(
         pieces = _time_pieces(unit, graph, stats, base, cuts, look, digest, budget_s)
     big = _largest(graph, stats)
     if fit is not None and big is not None and big.whole_us is not None:
-        # the fit timed the largest region whole twice more, apart from its own row: a moment
-        # of load on the machine (or a lucky quiet one) would set the region's every node
-        # cost, so the median of the three counts
+        # the fit timed the largest region whole three more times, apart from its own row: a
+        # moment of load on the machine (or a lucky quiet one) would set the region's every
+        # node cost, so the median of them all counts
         wholes = [float(p[2]) for p in fit.points if p[0] == 1]
         i = stats.index(big)
         stats[i] = replace(big, whole_us=statistics.median([big.whole_us, *wholes]))
