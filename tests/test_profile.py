@@ -168,6 +168,7 @@ def test_whole_model_is_timed_first_in_the_middle_and_last(branchy):
     at = [i for i, s in enumerate(sigs) if "#k1#" in s]
     assert len(at) == 3 and at[0] == 0 and at[2] == len(sigs) - 1 and 2 <= at[1] <= len(sigs) - 3
     assert len(set(sigs)) == len(sigs)
+
     # a store of an earlier version has no third whole timing: the other points still count
     def lookup(sig, make):
         if sig.endswith("#k1#t2"):
