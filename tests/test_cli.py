@@ -368,3 +368,28 @@ def test_plan_headline_says_how_a_heuristic_plan_is_known_optimal(branchy_file, 
     # auto chose the plan; the scheduler that found it is named beside it (a user asking for
     # auto read "plan by nestc" and wondered why)
     assert head.startswith("plan by auto ("), head
+
+
+def test_python_dash_m_runs_the_command(tmp_path):
+    import subprocess
+    import sys
+
+    from partuner import __version__
+
+    got = subprocess.run(
+        [sys.executable, "-m", "partuner", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert got.returncode == 0, got.stderr
+    assert __version__ in got.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "partuner", "inspect", str(tmp_path / "none.onnx")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
