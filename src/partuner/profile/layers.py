@@ -18,7 +18,7 @@ may stand for):
   the previous one);
 - each kernel's time is shared among its nodes in proportion to their isolated times (a node
   timed at 0 µs, no more than a call costs, gets none of a fused Conv+Relu kernel's time; a
-  node without an isolated time counts as the mean of the others');
+  node without an isolated time counts as the mean of the others);
 - a layout or precision conversion OpenVINO inserts between two layers is named
   ``<from>_<layout or precision>..._<to>`` (``relu_abcd_acdb_conv``, ``conv_bf16_f32_concat``);
   it maps to the node it feeds (``<to>``), the node that needs the conversion; one that
