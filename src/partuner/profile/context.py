@@ -16,11 +16,11 @@ squares (non-negative) to
 ``T_whole`` is the median of the three whole-model timings, which anchors every node cost of
 the unit: a moment of load on the machine would otherwise set them all, and so would a quiet
 moment (the smaller of two, as taken until 2026-11-28, predicted the runs after it too fast
-on a VM whose speed drifts; docs/algorithms.md, the chain fit). The planner charges ``per_partition_us`` for every
-partition and ``per_byte_us`` for every byte a partition reads from another one. The whole
-model (``k = 1``) runs as the runtime runs a one-partition plan (:meth:`Unit.alone`: an
-onnxruntime pool keeps spinning between runs), so what a plan loses by cutting shows in the
-per-partition cost.
+on a VM whose speed drifts; docs/algorithms.md, the chain fit). The planner charges
+``per_partition_us`` for every partition and ``per_byte_us`` for every byte a partition reads
+from another one. The whole model (``k = 1``) runs as the runtime runs a one-partition plan
+(:meth:`Unit.alone`: an onnxruntime pool keeps spinning between runs), so what a plan loses by
+cutting shows in the per-partition cost.
 """
 
 from __future__ import annotations
