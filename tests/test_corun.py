@@ -192,7 +192,8 @@ def test_a_burst_in_one_round_does_not_make_the_factor(monkeypatch) -> None:
 
     class Sleepy:
         def run(self, feeds):
-            time.sleep(0.006 if burst[0] else 0.001)
+            # 3 ms, not 1: a VM's wake-up jitter (up to 0.4 ms here) stays small beside it
+            time.sleep(0.018 if burst[0] else 0.003)
             return {}
 
     got = corun._time_together({"a": Sleepy(), "b": Sleepy()}, {"a": {}, "b": {}}, 0.02)
