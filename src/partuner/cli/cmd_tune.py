@@ -284,7 +284,8 @@ def _plan_label(plan: Any) -> str:
 
 
 def _verdict(r: Any, repeat: int) -> str:
-    """One line: how the kept plan compares with plain onnxruntime on all cores."""
+    """One line: how the kept plan compares with plain onnxruntime on all cores; a difference
+    within the runs' spread (their 10-90 % ranges overlap) is not called one."""
     ort = f"plain onnxruntime on {_cores()} threads"
     ort_ms = r.ort_all_cores.median_ms
     kept = ""
@@ -296,9 +297,15 @@ def _verdict(r: Any, repeat: int) -> str:
             f"{kept}predicted {r.plan.predicted_us / 1e3:.3f} ms on modeled units (not "
             f"measured); {ort} measured {ort_ms:.3f} ms"
         )
-    ratio = ort_ms / r.measured.median_ms
+    m, o = r.measured, r.ort_all_cores
+    ratio = ort_ms / m.median_ms
     if abs(ratio - 1) < 0.01:
         how = "as fast (within 1 %) as"
+    elif m.p10_ms <= o.p90_ms and o.p10_ms <= m.p90_ms:  # timed one after the other: noise
+        return (
+            f"{kept}about as fast as {ort} (measured, median of {repeat}: {m.median_ms:.3f} "
+            f"against {ort_ms:.3f} ms, their 10-90 % ranges overlap)"
+        )
     else:
         how = f"{ratio:.2f}x faster than" if ratio > 1 else f"{1 / ratio:.2f}x slower than"
     return f"{kept}{how} {ort} (measured, median of {repeat})"
