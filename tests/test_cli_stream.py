@@ -146,10 +146,19 @@ def test_stream_bad_inputs_fail_in_one_line(tmp_path, branchy_file, units_file, 
         bad = tmp_path / "bad.yaml"
         bad.write_text(yaml.safe_dump(doc))
         _fails_cleanly(_invoke("run", branchy_file, "--plan", bad, "--stream", 3), needle)
-    # a plan without a stream section streams with 2 frames in flight
+    # a plan without a stream section streams with 2 frames in flight, 1 on a single unit
     r = _invoke("run", branchy_file, "--plan", plan, "--stream", 6, "--json")
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["in_flight"] == [2]
+    used = set(yaml.safe_load(plan.read_text())["backendNames"].split(":"))
+    assert json.loads(r.output)["in_flight"] == [2 if len(used) > 1 else 1]
+    doc = yaml.safe_load(plan.read_text())
+    doc["backendNames"] = ":".join([sorted(used)[0]] * doc["numOfPartitions"])
+    del doc["partuner"]  # a NEST-C plan: its partitions on one unit
+    one = tmp_path / "one.yaml"
+    one.write_text(yaml.safe_dump(doc))
+    r = _invoke("run", branchy_file, "--plan", one, "--stream", 6, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["in_flight"] == [1]
 
 
 def test_tune_for_throughput(tmp_path, branchy_file, units_file, db):

@@ -243,7 +243,8 @@ def measure_stream(
 
 def check_stream_spec(pf: PlanFile, in_flight: int | None) -> list[int]:
     """Frames in flight per copy for running ``pf`` as a stream: ``in_flight`` for each copy
-    when given, else the plan's ``stream`` section, else 2."""
+    when given, else the plan's ``stream`` section, else 2 where its partitions use two units
+    or more and 1 where they use one (a second frame would only wait behind the first)."""
     copies = 1 + (len(pf.stream.copies) if pf.stream is not None else 0)
     if in_flight is not None:
         if in_flight < 1:
@@ -251,7 +252,7 @@ def check_stream_spec(pf: PlanFile, in_flight: int | None) -> list[int]:
         return [in_flight] * copies
     if pf.stream is not None:
         return list(pf.stream.in_flight)
-    return [2] * copies
+    return [2 if len({p.unit for p in pf.partitions}) > 1 else 1] * copies
 
 
 def stream_stages(say: Callable[[str], None]) -> Callable[[str, float, float], None]:

@@ -361,7 +361,8 @@ def _with_common(fn: Any) -> Any:
     "--in-flight",
     type=click.IntRange(min=1, max=64),
     default=None,
-    help="With --stream: frames in flight per copy (default: the plan's, else 2).",
+    help="With --stream: frames in flight per copy (default: the plan's, else 2 where "
+    "it uses two units or more, 1 where it uses one).",
 )
 @db_option
 @json_option
