@@ -421,3 +421,19 @@ def test_tune_verdict_calls_no_difference_within_the_runs_spread(plan_ms, ort_ms
     if says == "about as fast as":  # no ratio claimed, both medians shown
         assert "x faster" not in verdict and "x slower" not in verdict
         assert f"{plan_ms[0]:.3f} against {ort_ms[0]:.3f} ms" in verdict
+
+
+def test_run_says_what_to_do_when_measured_far_from_predicted():
+    from partuner.cli.cmd_run import OFF_PREDICTION, _off_prediction
+
+    def line(measured, predicted=10.0, modeled=False):
+        r = {"measured_ms": measured, "predicted_ms": predicted, "modeled": modeled}
+        return _off_prediction(r)
+
+    near = 10.0 * (1 + OFF_PREDICTION) - 0.01
+    assert line(near) is None and line(10.0 * (1 - OFF_PREDICTION) + 0.01) is None
+    above = line(12.5)
+    assert above.startswith("measured 25 % above the prediction") and "--calibrate" in above
+    assert line(7.0).startswith("measured 30 % below the prediction")
+    # nothing to compare: a NEST-C plan without times, modeled units
+    assert line(12.5, predicted=None) is None and line(12.5, modeled=True) is None

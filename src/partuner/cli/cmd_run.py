@@ -444,6 +444,9 @@ def run_cmd(
                 "-" if p["predicted"] is None else f"{p['predicted']:.3f}",
             )
         console.print(t)
+        off = _off_prediction(r)
+        if off is not None and not calibrate:
+            console.print(f"[yellow]{off}[/yellow]")
         _print_check(r["check"])
         if trace_path:
             console.print(f"timeline written to {trace_path} (open it in ui.perfetto.dev)")
@@ -509,6 +512,27 @@ def _stream(
         print_run(r)
     if not r["check"]["passed"]:
         raise SystemExit(1)
+
+
+#: measured this far from the prediction (either way), ``run`` says what to do about it
+OFF_PREDICTION = 0.15
+
+
+def _off_prediction(r: dict[str, Any]) -> str | None:
+    """A line for a measured plan whose median is :data:`OFF_PREDICTION` or more off its
+    prediction, else None."""
+    pred, meas = r.get("predicted_ms"), r.get("measured_ms")
+    if r.get("modeled") or not pred or meas is None or not math.isfinite(pred):
+        return None
+    off = meas / pred - 1
+    if abs(off) < OFF_PREDICTION:
+        return None
+    return (
+        f"measured {100 * abs(off):.0f} % {'above' if off > 0 else 'below'} the prediction: "
+        "the machine may be busier, or run faster or slower, than when it was profiled; "
+        "--calibrate stores each unit's measured/predicted factor for the next plans, or "
+        "profile into a new store (--db) on a quiet machine and plan again"
+    )
 
 
 def _print_calibration(cal: dict[str, Any]) -> None:
