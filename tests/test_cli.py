@@ -437,3 +437,20 @@ def test_run_says_what_to_do_when_measured_far_from_predicted():
     assert line(7.0).startswith("measured 30 % below the prediction")
     # nothing to compare: a NEST-C plan without times, modeled units
     assert line(12.5, predicted=None) is None and line(12.5, modeled=True) is None
+
+
+def test_units_shows_each_units_cores_and_op_list(tmp_path):
+    f = tmp_path / "u.yaml"
+    f.write_text(
+        "units:\n"
+        "  cpu: {backend: onnxruntime, threads: 1, cores: [0]}\n"
+        "  npu: {backend: modeled, gflops: 100, gbps: 8, ops: [Relu, Conv, MaxPool, Concat, Add]}\n"
+    )
+    rows = {
+        u["name"]: u for u in json.loads(_invoke("units", "--units", f, "--json").output)["units"]
+    }
+    assert rows["cpu"]["cores"] == [0] and rows["cpu"]["ops"] is None
+    assert rows["npu"]["cores"] is None
+    assert rows["npu"]["ops"] == ["Add", "Concat", "Conv", "MaxPool", "Relu"]
+    text = _invoke("units", "--units", f).output
+    assert "every op" in text and "5 ops: Add, Concat, Conv, ..." in text

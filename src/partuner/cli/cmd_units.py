@@ -107,6 +107,18 @@ def _cluster(us: Any) -> dict[str, Any] | None:
     return {"address": us.ray.address, "reachable": True, "reason": "", "nodes": nodes}
 
 
+def _ops_text(ops: list[str] | None, shown: int = 3) -> str:
+    """What a unit's ``ops`` list lets it run, short: ``every op``, or ``N ops: A, B, ...``.
+
+    >>> _ops_text(None), _ops_text(["Conv", "Relu"]), _ops_text(list("abcdef"))
+    ('every op', '2 ops: Conv, Relu', '6 ops: a, b, c, ...')
+    """
+    if ops is None:
+        return "every op"
+    more = ", ..." if len(ops) > shown else ""
+    return f"{len(ops)} op{'' if len(ops) == 1 else 's'}: {', '.join(ops[:shown])}{more}"
+
+
 @main.command("units")
 @units_option
 @db_option
@@ -134,6 +146,8 @@ def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
                 "reason": why,
                 "options": unit.describe(),
                 "ray_node": unit.node() if hasattr(unit, "placement") else None,
+                "cores": None if unit.cores is None else list(unit.cores),
+                "ops": None if unit.ops is None else sorted(unit.ops),
             }
         )
     links = []
@@ -160,8 +174,8 @@ def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
         emit_json(out)
         return
     t = Table(title=f"units ({us.source})", show_edge=False)
-    for col in ("unit", "backend", "precision", "available", "note"):
-        t.add_column(col)
+    for col in ("unit", "backend", "precision", "cores", "runs", "available", "note"):
+        t.add_column(col, no_wrap=col != "note")
     for r in rows:
         note = (
             r["reason"]
@@ -174,6 +188,8 @@ def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
             r["name"],
             r["backend"],
             r["precision"],
+            "any" if r["cores"] is None else ",".join(map(str, r["cores"])),
+            _ops_text(r["ops"]),
             "yes" if r["available"] else ("remote" if r["remote"] else "[red]no[/red]"),
             note,
         )
