@@ -532,7 +532,10 @@ def tune(
             single = None
     single_unit = single.partitions[0].unit if single and single.partitions else ""
     single_measured = None
-    if single is not None and single_unit and not units[single_unit].modeled:
+    same = len(plan.partitions) == 1 and plan.partitions[0].unit == single_unit
+    if same and measured is not None:  # the plan is the whole model on that unit: ran above
+        single_measured = measured
+    elif single is not None and single_unit and not units[single_unit].modeled:
         say("running the best single unit")
         sparts = cut(graph, single.partitions)
         with Session(graph, sparts, units) as sess:
