@@ -195,7 +195,7 @@ def tune_cmd(
         console.print(
             f"[bold]{g.source}[/bold] on {', '.join(us.units)}: "
             f"{len(g.compute_nodes)} nodes, {prof.signatures} signatures "
-            f"({prof.measured} timed, {prof.reused} from the store) in "
+            f"({prof.measured} timed, {prof.reused} from the store{_store_where(db, prof)}) in "
             f"{prof.wall_s:.1f} s"
         )
         t = Table(show_edge=False)
@@ -274,6 +274,18 @@ def _tune_stream(
         raise SystemExit(1)
     if r.bound_met is False:  # the files are written; a script must still tell the bound missed
         raise SystemExit(1)
+
+
+def _store_where(db: str | None, prof: Any) -> str:
+    """`` at PATH`` (home as ~) where timings came from the store, else nothing: a user who
+    sees nothing timed learns where the timings were kept, and what --db to change."""
+    if not prof.reused:
+        return ""
+    from partuner.profile.store import default_db_path
+
+    path = Path(db) if db else default_db_path()
+    home = Path.home()
+    return f" at {'~/' + str(path.relative_to(home)) if path.is_relative_to(home) else path}"
 
 
 def _plan_label(plan: Any) -> str:
