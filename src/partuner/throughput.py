@@ -241,10 +241,13 @@ def measure_stream(
     return run
 
 
-def check_stream_spec(pf: PlanFile, in_flight: int | None) -> list[int]:
+def check_stream_spec(
+    pf: PlanFile, in_flight: int | None, lanes: Sequence[int] | None = None
+) -> list[int]:
     """Frames in flight per copy for running ``pf`` as a stream: ``in_flight`` for each copy
-    when given, else the plan's ``stream`` section, else 2 where its partitions use two units
-    or more and 1 where they use one (a second frame would only wait behind the first)."""
+    when given, else the plan's ``stream`` section, else 2 where the copy's session has two
+    lanes or more (``lanes``: ``len(Session.lanes)`` per copy) and 1 where it has one (its
+    units share cores: a second frame would only wait behind the first)."""
     copies = 1 + (len(pf.stream.copies) if pf.stream is not None else 0)
     if in_flight is not None:
         if in_flight < 1:
@@ -252,7 +255,7 @@ def check_stream_spec(pf: PlanFile, in_flight: int | None) -> list[int]:
         return [in_flight] * copies
     if pf.stream is not None:
         return list(pf.stream.in_flight)
-    return [2 if len({p.unit for p in pf.partitions}) > 1 else 1] * copies
+    return [2 if k > 1 else 1 for k in (lanes if lanes is not None else [2] * copies)]
 
 
 def stream_stages(say: Callable[[str], None]) -> Callable[[str, float, float], None]:

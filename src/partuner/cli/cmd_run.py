@@ -362,7 +362,7 @@ def _with_common(fn: Any) -> Any:
     type=click.IntRange(min=1, max=64),
     default=None,
     help="With --stream: frames in flight per copy (default: the plan's, else 2 where "
-    "it uses two units or more, 1 where it uses one).",
+    "its units can run at the same time, 1 where they share cores).",
 )
 @db_option
 @json_option

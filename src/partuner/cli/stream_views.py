@@ -125,9 +125,9 @@ def run_stream(
 
     if frames < 1:
         raise PartunerError(f"--stream must be 1 or more frames, got {frames}")
-    flights = check_stream_spec(pf, in_flight)
     sessions = stream_sessions(graph, pf, units, timeout_s=timeout)
     try:
+        flights = check_stream_spec(pf, in_flight, [len(s.lanes) for s in sessions])
         used = sorted({p.unit for s in sessions for p in s.partitions})
         precisions = [units[u].precision for u in used]
         run = measure_stream(
