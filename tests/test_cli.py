@@ -454,3 +454,5 @@ def test_units_shows_each_units_cores_and_op_list(tmp_path):
     assert rows["npu"]["ops"] == ["Add", "Concat", "Conv", "MaxPool", "Relu"]
     text = _invoke("units", "--units", f).output
     assert "every op" in text and "5 ops: Add, Concat, Conv, ..." in text
+    npu_row = next(x for x in text.splitlines() if x.lstrip().startswith("npu"))
+    assert npu_row.split("│")[3].strip() == "-"  # cores: a modeled unit has none here

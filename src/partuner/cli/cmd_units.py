@@ -119,6 +119,14 @@ def _ops_text(ops: list[str] | None, shown: int = 3) -> str:
     return f"{len(ops)} op{'' if len(ops) == 1 else 's'}: {', '.join(ops[:shown])}{more}"
 
 
+def _cores_text(row: dict[str, Any]) -> str:
+    """A unit's declared cores: ``0,1``; ``any`` where it declares none; ``-`` for a modeled
+    unit (its host runs say nothing of the device it stands for)."""
+    if row["modeled"]:
+        return "-"
+    return "any" if row["cores"] is None else ",".join(map(str, row["cores"]))
+
+
 @main.command("units")
 @units_option
 @db_option
@@ -188,7 +196,7 @@ def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
             r["name"],
             r["backend"],
             r["precision"],
-            "any" if r["cores"] is None else ",".join(map(str, r["cores"])),
+            _cores_text(r),
             _ops_text(r["ops"]),
             "yes" if r["available"] else ("remote" if r["remote"] else "[red]no[/red]"),
             note,
