@@ -2,7 +2,8 @@
 
 A real local 2-node cluster (Ray's own ``ray.cluster_utils.Cluster``: two raylets on this
 machine, one CPU each, offering the custom resources ``node-a`` and ``node-b``), units ``a``
-and ``b`` (onnxruntime, 1 thread) placed on them, beside the same units in this process:
+and ``b`` (onnxruntime, 1 thread) placed on them, ``cores: [0]`` and ``[1]`` (their actors run
+there only), beside the same units in this process:
 
 * **call overhead**: an empty call (the no-op model) through Ray against in this process; what
   Ray's transport adds per MB sent and got back (``partuner.profile.fleet``, as the planner
@@ -21,7 +22,8 @@ and ``b`` (onnxruntime, 1 thread) placed on them, beside the same units in this 
   throughput alone on the batch (the physical limit), for each of ``--batch-models`` (a light
   model, where moving the inputs weighs most, a heavier one, and a real exported one from
   ../shared when it is there); goal: >= 90 %. Beside it, the same job on two units in this
-  process pinned to cores 0 and 1 (no Ray): what this machine loses when both cores work.
+  process declaring cores 0 and 1 (no Ray, not pinned): what this machine loses when both
+  cores work.
 
     python benchmarks/ray_bench.py [--model squeezenet] [--batch 64] [--rounds 3] [--quick]
         [--batch-models squeezenet,resnet18,shared:resnet18]
@@ -63,13 +65,18 @@ ORT = {"backend": "onnxruntime", "threads": 1}
 
 #: b's kind when profiling: another fingerprint, the same work (onnxruntime's own fusions only)
 OTHER = {**ORT, "optimization": "extended"}
+#: one core each: a Ray unit's actor runs on its declared cores of its node only
+CORE = {"a": 0, "b": 1}
 
 
 def ray_units(address: str, names=("a", "b"), kinds: dict | None = None) -> Any:
     """Units ``a`` on node-a and ``b`` on node-b (onnxruntime, 1 thread, unless ``kinds``)."""
     res = {"a": "node-a", "b": "node-b"}
     kinds = kinds or {}
-    units = {n: {**kinds.get(n, ORT), "ray": {"resources": {res[n]: 1}}} for n in names}
+    units = {
+        n: {**kinds.get(n, ORT), "cores": [CORE[n]], "ray": {"resources": {res[n]: 1}}}
+        for n in names
+    }
     return units_from_mapping({"ray": {"address": address}, "units": units}, "ray bench")
 
 
@@ -314,7 +321,7 @@ def report(res: dict[str, Any]) -> None:
     )
     for r in p.get("repairs", []):
         print(
-            f"| the same, rows timed while the other node worked (others' share > 25 %) | - | "
+            f"| the same, rows timed while other work took the unit's core (> 25 %) | - | "
             f"{r['busy_rows']} (up to {r['max_load']:.0%}); the next profile timed "
             f"{r['timed_again']} rows again, one node at a time, in {r['repair_s']:.1f} s "
             f"({r['busy_after']} busy after) |"
@@ -323,7 +330,7 @@ def report(res: dict[str, Any]) -> None:
     for b in res["batch"]:
         h = b.get("local")
         here = (
-            f"units on cores 0 and 1, split {h['split']}: {h['throughput']:.1f} items/s, "
+            f"units declaring cores 0 and 1, split {h['split']}: {h['throughput']:.1f} items/s, "
             f"{h['efficiency']:.0%} of the sum of each alone ({h['physical_limit']:.1f})"
             if h
             else "-"

@@ -220,15 +220,17 @@ SUITE = [
         "ray",
         "ray_bench.py",
         [],
-        "Units on a Ray cluster (issue 19): a real local cluster of two raylets on this machine "
-        "(one CPU each, custom resources `node-a` and `node-b`), an onnxruntime unit (1 thread) "
-        "placed on each. What a call through Ray costs against the same call in this process; "
-        "profiling the model on two units (onnxruntime, two fingerprints) at once, each on its own "
-        "node, against one after the other (fresh stores, rounds alternating which goes "
-        "first); a batch split across the two nodes by `evaluate_batch` against the sum of "
-        "each node's own throughput on the batch, beside the same job on two units in this "
-        "process pinned to cores 0 and 1 (no Ray: what the machine itself loses when both "
-        "cores work). Outputs checked against the whole model. The goal lines are issue 19's.",
+        "Units on a Ray cluster (issue 19): a real local cluster of two raylets on this machine"
+        " (one CPU each, custom resources `node-a` and `node-b`), an onnxruntime unit (1 "
+        "thread) placed on each, `cores: [0]` and `[1]` (each actor runs on its core only). "
+        "What a call through Ray costs against the same call in this process; profiling the "
+        "model on two units (onnxruntime, two fingerprints) at once, each on its own node, "
+        "against one after the other (fresh stores, rounds alternating which goes first); a "
+        "batch split across the two nodes by `evaluate_batch` against the sum of each node's "
+        "own throughput on the batch, beside the same job on two units in this process "
+        "declaring cores 0 and 1 (no Ray, threads not pinned: what the machine itself loses "
+        "when both cores work). Outputs checked against the whole model. The goal lines are "
+        "issue 19's.",
     ),
     (
         "example",

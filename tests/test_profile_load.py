@@ -72,6 +72,25 @@ def test_a_run_s_first_rows_wait_for_half_the_span_and_no_stat_is_unknown(monkey
     assert meter.share(start) is None and not meter.works
 
 
+def test_only_the_cores_this_process_may_run_on_count(tmp_path, monkeypatch):
+    # a process pinned to core 0 (a Ray unit's actor on its cores): core 1's work is not its
+    stat = tmp_path / "stat"
+    stat.write_text(
+        "cpu  700 0 300 5000 0 0 0 0 0 0\n"
+        "cpu0 100 0 100 4000 0 0 0 0 0 0\n"
+        "cpu1 600 0 200 1000 50 0 0 0 0 0\n"
+        "intr 1 2 3\n"
+    )
+    monkeypatch.setattr(load_mod, "_STAT", stat)
+    tck = load_mod.os.sysconf("SC_CLK_TCK")
+    monkeypatch.setattr(load_mod.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert load_mod._machine() == pytest.approx((1000 / tck, 2))  # iowait and idle not busy
+    monkeypatch.setattr(load_mod.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert load_mod._machine() == pytest.approx((200 / tck, 1))
+    monkeypatch.setattr(load_mod.os, "sched_getaffinity", lambda pid: {5}, raising=False)
+    assert load_mod._machine() is None  # cores the file does not list: unknown, no guess
+
+
 def test_the_real_meter_sees_other_processes_spin():
     if not Path("/proc/stat").exists():
         pytest.skip("no /proc/stat here")

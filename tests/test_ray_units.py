@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 from dataclasses import replace
 
@@ -160,6 +161,19 @@ def test_units_on_two_nodes_run_what_a_local_unit_runs(cluster, small):
         assert set(got) == set(want)
         for k in want:
             np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_a_ray_unit_runs_on_its_declared_cores_of_the_node_only(cluster):
+    us = _units(cluster.address, a={**ON_A, "cores": [0]}, b=ON_B)
+
+    def where(_unit):
+        return {os.sched_getaffinity(int(t)) == {0} for t in os.listdir("/proc/self/task")}
+
+    assert us["a"].call("apply", where) == {True}  # every thread of its actor, on core 0
+    if len(os.sched_getaffinity(0)) > 1:
+        assert us["b"].call("apply", where) == {False}  # no cores declared: not pinned
+    us["a"].release()
+    us["b"].release()
 
 
 def test_a_resource_no_node_offers_is_named_with_what_the_cluster_has(cluster):

@@ -2,9 +2,10 @@
 
 A time measured while other programs ran (a test suite, a build, another profiling run, a
 neighbour on the hypervisor) is a time plans cannot trust, and the profile store would hand it
-to every later run. :class:`LoadMeter` reads the machine's CPU time (``/proc/stat``: busy and
-stolen by the hypervisor, all cores) and this process's own (all its threads, and the child
-processes it waited for), so that what *other* work took over a window is their difference.
+to every later run. :class:`LoadMeter` reads the CPU time of the cores this process may run on
+(``/proc/stat``: busy and stolen by the hypervisor; all cores unless it is pinned to some, as a
+Ray unit's actor is to the unit's ``cores``) and this process's own (all its threads, and the
+child processes it waited for), so that what *other* work took there is their difference.
 
 ``/proc/stat`` counts in clock ticks (10 ms), so a window is stretched back to at least
 :data:`SPAN_S` over the readings taken before it (a row timed in 5 ms is judged by the
@@ -61,18 +62,18 @@ def stale(m: Measurement, meter: LoadMeter) -> bool:
 
 
 def _machine() -> tuple[float, int] | None:
-    """(busy CPU seconds of the whole machine so far, number of cores), or None."""
+    """(busy CPU seconds so far of the cores this process may run on, how many), or None."""
     try:
-        lines = _STAT.read_text().splitlines()
-        fields = lines[0].split()
-        ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
-    except (OSError, ValueError, IndexError):
+        mine = {f"cpu{c}" for c in os.sched_getaffinity(0)}
+        rows = [ln.split() for ln in _STAT.read_text().splitlines() if ln.startswith("cpu")]
+        # user nice system idle iowait irq softirq steal, per core
+        ticks = [[int(x) for x in r[1:9]] for r in rows if r[0] in mine]
+    except (OSError, ValueError, AttributeError):
         return None
-    if fields[0] != "cpu" or len(ticks) < 8:
+    if not ticks or any(len(t) < 8 for t in ticks):
         return None
-    cores = sum(1 for ln in lines[1:] if ln.startswith("cpu") and ln[3:4].isdigit())
-    busy = sum(ticks) - ticks[3] - ticks[4]
-    return busy / os.sysconf("SC_CLK_TCK"), max(cores, 1)
+    busy = sum(sum(t) - t[3] - t[4] for t in ticks)
+    return busy / os.sysconf("SC_CLK_TCK"), len(ticks)
 
 
 def _ours() -> float:

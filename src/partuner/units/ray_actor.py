@@ -3,6 +3,7 @@ backend unit and its runners (``units/ray_unit.py`` places it and calls it)."""
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,11 @@ class UnitActor:
         options = dict(spec)
         backend = options.pop("backend")
         self.unit = make_unit(name, backend, **options)
+        # the unit occupies its declared cores of the node: its process runs there only (the
+        # load its timings note is then other work's on those cores: profile/load.py)
+        cores = set(self.unit.cores or ()) & os.sched_getaffinity(0)
+        for tid in os.listdir("/proc/self/task") if cores else ():
+            os.sched_setaffinity(int(tid), cores)
         self.runners: dict[int, Runner] = {}
         self.count = 0
 
