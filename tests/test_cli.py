@@ -67,6 +67,9 @@ def test_tune_then_run_and_export(tmp_path, branchy_file, units_file, db):
     assert run["partitions"] == res["partitions"]
     assert run["check"]["passed"] and run["measured_ms"] > 0
     assert run["predicted_ms"] == pytest.approx(res["predicted_ms"], rel=1e-3)
+    from partuner.cli.cmd_run import _off_prediction
+
+    assert run["note"] == _off_prediction(run)  # what the text says, when far off (or None)
 
     r = _invoke("export", branchy_file, "--plan", out / "plan.yaml", "-o", tmp_path / "exp")
     assert r.exit_code == 0, r.output

@@ -415,6 +415,7 @@ def run_cmd(
         r["trace"] = trace_path
     if calibrate:
         r["calibration"] = _calibrate(db, ran)
+    r["note"] = None if calibrate else _off_prediction(r)
     if as_json:
         emit_json(r)
     else:
@@ -444,9 +445,8 @@ def run_cmd(
                 "-" if p["predicted"] is None else f"{p['predicted']:.3f}",
             )
         console.print(t)
-        off = _off_prediction(r)
-        if off is not None and not calibrate:
-            console.print(f"[yellow]{off}[/yellow]")
+        if r["note"]:
+            console.print(f"[yellow]{r['note']}[/yellow]")
         _print_check(r["check"])
         if trace_path:
             console.print(f"timeline written to {trace_path} (open it in ui.perfetto.dev)")
