@@ -181,6 +181,13 @@ def test_tune_for_throughput(tmp_path, branchy_file, units_file, db):
     assert all(row["measured_fps"] > 0 for row in res["rows"])
     pf = read_plan(out / "plan.yaml")
     assert pf.stream is not None and pf.scheduler == res["scheduler"]
+    r = _invoke(
+        "tune", branchy_file, "--units", units_file, "--db", db, "-o", out, "--objective",
+        "throughput", "--frames", 10, "--time-limit", 1,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    head = " ".join(r.output.split())  # the header says where the timings it reused are kept
+    assert "0 timed" in head and "from the store at" in head, r.output
 
 
 def test_tune_exits_1_where_no_stream_measured_within_the_bound(

@@ -268,7 +268,8 @@ def _tune_stream(
         print_tune(
             res,
             f"[bold]{g.source}[/bold] on {', '.join(us.units)}, streamed {frames} frames "
-            f"per configuration ({prof.signatures} signatures profiled in {prof.wall_s:.1f} s)",
+            f"per configuration ({prof.signatures} signatures, {prof.measured} timed, "
+            f"{prof.reused} from the store{_store_where(db, prof)}, in {prof.wall_s:.1f} s)",
         )
     if r.check is not None and not r.check.passed:
         raise SystemExit(1)
