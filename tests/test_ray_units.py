@@ -110,7 +110,7 @@ def test_an_unreachable_cluster_is_one_line_and_quick(branchy_file, tmp_path):
     ok, why = us["npu"].availability()
     assert not ok and "unreachable" in why and addr in why
     f = tmp_path / "fleet.yaml"
-    unit = "npu: {backend: onnxruntime, ray: {resources: {a: 1}}}"
+    unit = "npu: {backend: onnxruntime, cores: [1], ray: {resources: {a: 1}}}"
     f.write_text(f"ray: {{address: '{addr}'}}\nunits:\n  {unit}\n")
     r = CliRunner().invoke(
         main, ["profile", str(branchy_file), "--units", str(f), "--db", str(tmp_path / "p.db")]
@@ -124,6 +124,7 @@ def test_an_unreachable_cluster_is_one_line_and_quick(branchy_file, tmp_path):
 
     got = json.loads(r.output)
     assert got["ray"]["reachable"] is False and got["units"][0]["available"] is False
+    assert got["units"][0]["cores"] == [1]  # of its node, where its actor would run
 
 
 # -- on a real local cluster -----------------------------------------------------------------
@@ -163,8 +164,8 @@ def test_units_on_two_nodes_run_what_a_local_unit_runs(cluster, small):
             np.testing.assert_array_equal(got[k], want[k])
 
 
-def test_a_ray_unit_runs_on_its_declared_cores_of_the_node_only(cluster):
-    us = _units(cluster.address, a={**ON_A, "cores": [0]}, b=ON_B)
+def test_a_ray_unit_runs_on_its_declared_cores_of_the_node_only(cluster, caplog):
+    us = _units(cluster.address, a={**ON_A, "cores": [0]}, b=ON_B, c={**ON_A, "cores": [0, 4096]})
 
     def where(_unit):
         return {os.sched_getaffinity(int(t)) == {0} for t in os.listdir("/proc/self/task")}
@@ -172,8 +173,12 @@ def test_a_ray_unit_runs_on_its_declared_cores_of_the_node_only(cluster):
     assert us["a"].call("apply", where) == {True}  # every thread of its actor, on core 0
     if len(os.sched_getaffinity(0)) > 1:
         assert us["b"].call("apply", where) == {False}  # no cores declared: not pinned
-    us["a"].release()
+    us["a"].release()  # node-a's one resource, for c
+    with caplog.at_level(logging.WARNING):
+        assert us["c"].call("apply", where) == {True}  # on the cores its node has
+    assert "unit 'c' declares cores [4096] that its Ray node lacks" in caplog.text
     us["b"].release()
+    us["c"].release()
 
 
 def test_a_resource_no_node_offers_is_named_with_what_the_cluster_has(cluster):
@@ -193,7 +198,9 @@ def test_profiling_runs_on_the_nodes_and_is_stored_here(cluster, small, tmp_path
     us = _units(cluster.address, a=ON_A, b={**ON_B, "optimization": "extended"})
     db = tmp_path / "p.db"
     with ProfileStore(db) as store:
-        prof = profile_model(small, us, store=store)
+        said = []
+        prof = profile_model(small, us, store=store, progress=lambda *a: said.append(a))
+        assert said[0] == (0, 1, "a, b: on Ray nodes")  # a progress line starts at once
         assert us["a"].fingerprint() != us["b"].fingerprint()
         assert prof.measured > 0  # the rows the nodes timed
         for name in ("a", "b"):

@@ -592,8 +592,3 @@ def tune(
 
 def predicted_ms(plan: Plan) -> float:
     return plan.predicted_us / 1000.0 if math.isfinite(plan.predicted_us) else math.inf
-
-
-def ensure(cond: bool, message: str) -> None:
-    if not cond:
-        raise PartunerError(message)

@@ -93,13 +93,6 @@ class BatchModel:
     def outputs(self) -> list[str]:
         return list(self.at(PROBE_BATCH).outputs)
 
-    def item_bytes(self) -> tuple[int, int]:
-        """Bytes of one item's inputs and of one item's outputs."""
-        g = self.at(PROBE_BATCH)
-        ins = sum(g.values[v].nbytes for v in g.inputs) // PROBE_BATCH
-        outs = sum(g.values[v].nbytes for v in g.outputs) // PROBE_BATCH
-        return ins, outs
-
     def _fail(self, why: str) -> BatchDimensionError:
         return BatchDimensionError(f"the batch dimension of {self.name} cannot be changed: {why}")
 

@@ -299,6 +299,8 @@ def profile_model(
     if fleet:  # profiled on their nodes first, then read from the store like remote units
         settings = {"budget_s": budget_s, "calibrate": calibrate, "layers": layers}
         settings.update(fuse=[list(f) for f in fuse or ()], fuse_auto=fuse_auto)
+        if progress is not None:  # the stage starts now, not after the nodes' work
+            progress(0, 1, f"{', '.join(fleet)}: on Ray nodes")
         on_nodes, timed_there = profile_on_nodes(graph, fleet, store, settings, log.info)
         remote.update(on_nodes)
     order = [n.name for n in nodes]

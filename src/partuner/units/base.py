@@ -146,7 +146,7 @@ class Unit(abc.ABC):
         if unknown:
             raise UnitError(
                 f"unknown option {unknown[0]!r} for backend {self.backend!r}; "
-                f"valid options: {valid}"
+                f"valid options: {sorted({*valid, 'ray'})}"
             )
         opts = dict(options)
         self.cores: tuple[int, ...] | None = parse_cores(opts.pop("cores", None))

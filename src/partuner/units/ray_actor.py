@@ -24,7 +24,13 @@ class UnitActor:
         self.unit = make_unit(name, backend, **options)
         # the unit occupies its declared cores of the node: its process runs there only (the
         # load its timings note is then other work's on those cores: profile/load.py)
-        cores = set(self.unit.cores or ()) & os.sched_getaffinity(0)
+        usable = os.sched_getaffinity(0)
+        lack = sorted(set(self.unit.cores or ()) - usable)
+        self.warning = lack and (
+            f"unit {name!r} declares cores {lack} that its Ray node lacks (usable there: "
+            f"{sorted(usable)}); fix 'cores'"
+        )  # [] where it lacks none
+        cores = set(self.unit.cores or ()) & usable
         for tid in os.listdir("/proc/self/task") if cores else ():
             os.sched_setaffinity(int(tid), cores)
         self.runners: dict[int, Runner] = {}
@@ -47,6 +53,7 @@ class UnitActor:
             "fingerprint": self.unit.fingerprint(),
             "backend_version": self.unit.backend_version(),
             "partuner": __version__,
+            "warning": self.warning,
         }
 
     def prepare(self, model: bytes, alone: bool) -> tuple[int, tuple, tuple]:

@@ -371,6 +371,8 @@ class RayUnit(Unit):
                         f"({_ray_reason(exc)}); is partuner installed there? {INSTALL_HINT}"
                     ) from None
                 r.actor, r.info = actor, info
+                if info.get("warning"):
+                    log.warning("%s", info["warning"])
             return ray, r.actor, r.info  # type: ignore[return-value]
 
     def release(self) -> None:
