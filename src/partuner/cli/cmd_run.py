@@ -389,6 +389,10 @@ def run_cmd(
     """Run MODEL as PLAN's partitions, one worker per unit; measure and check it."""
     del quiet  # accepted as on the other commands: run shows no progress, only its result
     if stream_frames is not None:
+        if fallback is not None or calibrate:
+            raise PartunerError(
+                "--stream runs the plan's own units: leave out --fallback and --calibrate"
+            )
         _stream(
             model,
             input_shapes,
@@ -397,11 +401,9 @@ def run_cmd(
             inputs,
             seed,
             timeout,
-            fallback,
             stream_frames,
             in_flight,
             trace_path,
-            calibrate,
             as_json,
         )
         return
@@ -464,21 +466,15 @@ def _stream(
     inputs: tuple[str, ...],
     seed: int,
     timeout: float,
-    fallback: str | None,
     frames: int,
     in_flight: int | None,
     trace_path: str | None,
-    calibrate: bool,
     as_json: bool,
 ) -> None:
     """``run --stream N``."""
     from partuner.cli.stream_views import print_run, run_stream
     from partuner.pipeline import plan_from_file
 
-    if fallback is not None or calibrate:
-        raise PartunerError(
-            "--stream runs the plan's own units: leave out --fallback and --calibrate"
-        )
     if given("repeat"):
         raise PartunerError("--repeat times single runs; a stream runs --stream N frames")
     g, pf = load_graph_and_plan(model, input_shapes, plan_path)

@@ -154,7 +154,6 @@ def units_cmd(units_file: str | None, db: str | None, as_json: bool) -> None:
                 "reason": why,
                 "options": unit.describe(),
                 "ray_node": unit.node() if hasattr(unit, "placement") else None,
-                # a Ray unit's: of its node (where its actor runs on them only)
                 "cores": None if (c := getattr(unit, "inner", unit).cores) is None else list(c),
                 "ops": None if unit.ops is None else sorted(unit.ops),
             }

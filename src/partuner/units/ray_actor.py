@@ -3,6 +3,7 @@ backend unit and its runners (``units/ray_unit.py`` places it and calls it)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from collections.abc import Callable
@@ -11,6 +12,20 @@ from typing import Any
 from partuner.units.base import Runner
 
 __all__ = ["UnitActor"]
+
+
+def _pin(name: str, cores: tuple[int, ...] | None) -> str:
+    """Pin every thread of this process to the ``cores`` the node has (its timings' load is then
+    other work's there: profile/load.py); returns a warning naming those it lacks, or ""."""
+    if not cores or not hasattr(os, "sched_setaffinity"):  # Linux only
+        return ""
+    usable = os.sched_getaffinity(0)
+    for tid in os.listdir("/proc/self/task") if set(cores) & usable else ():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(tid), set(cores) & usable)
+    lack = sorted(set(cores) - usable)
+    where = f"that its Ray node lacks (usable there: {sorted(usable)}); fix 'cores'"
+    return f"unit {name!r} declares cores {lack} {where}" if lack else ""
 
 
 class UnitActor:
@@ -22,17 +37,7 @@ class UnitActor:
         options = dict(spec)
         backend = options.pop("backend")
         self.unit = make_unit(name, backend, **options)
-        # the unit occupies its declared cores of the node: its process runs there only (the
-        # load its timings note is then other work's on those cores: profile/load.py)
-        usable = os.sched_getaffinity(0)
-        lack = sorted(set(self.unit.cores or ()) - usable)
-        self.warning = lack and (
-            f"unit {name!r} declares cores {lack} that its Ray node lacks (usable there: "
-            f"{sorted(usable)}); fix 'cores'"
-        )  # [] where it lacks none
-        cores = set(self.unit.cores or ()) & usable
-        for tid in os.listdir("/proc/self/task") if cores else ():
-            os.sched_setaffinity(int(tid), cores)
+        self.warning = _pin(name, self.unit.cores)
         self.runners: dict[int, Runner] = {}
         self.count = 0
 
