@@ -108,3 +108,20 @@ def test_a_patient_annealing_keeps_its_budget_through_the_hot_half():
         spent[patient] = clock.now() / budget
     assert spent[False] < 0.3
     assert spent[True] >= 0.5
+
+
+def test_auto_stops_once_its_best_plan_meets_a_proven_bound():
+    """Where one unit is far faster at every node, the heuristics' plan meets the block bound:
+    auto returns it as optimal without running the later stages (no solver, no annealing)."""
+    p = _fork()
+    slow = {n: {"u0": 10.0, "u1": 1000.0} for n in p.nodes}
+    p = Problem(p.nodes, p.units, slow, p.edges, links=p.links, name="slow u1")
+    heard = []
+    auto = Auto(progress=lambda stage, best, bound: heard.append(stage))
+    s = auto.schedule(p, time_limit=5.0)
+    assert s.status == "optimal" and set(s.assignment.values()) == {"u0"}
+    assert heard == [] and not {"exact", "pexact"} & set(auto.runs)
+    # where the heuristics' plan misses the bound, the stages run as before
+    heard.clear()
+    Auto(progress=lambda stage, best, bound: heard.append(stage)).schedule(_fork(), time_limit=1)
+    assert heard[0] == "annealing"

@@ -66,6 +66,9 @@ class Auto(Scheduler):
        (branches) and partition-boundary nodes to other units, keeping each move that lowers
        the re-simulated latency, never past a unit's memory.
 
+    Each stage after 1. runs only while the best plan misses the best bound proven: a plan
+    meeting it is optimal, and returned at once.
+
     ``workers``: CP-SAT's workers for ``exact`` and ``pexact`` (default 1: one full search,
     whose proofs move the bound; on two cores a second worker, a neighbourhood search, took
     half the work budget for no proof, and one worker gives the same plan on any machine).
@@ -125,14 +128,8 @@ class Auto(Scheduler):
         if chain_bound is not None and "chain" in self.runs:
             run = self.runs["chain"]
             if run.plan.predicted_us <= chain_bound * (1 + 1e-9) + 1e-9:
-                self.chosen = "chain"  # proven optimal: nothing can do better
-                return Schedule(
-                    dict(run.schedule.slots),
-                    self.name,
-                    "optimal",
-                    chain_bound,
-                    run.schedule.partitions,
-                )
+                self.chosen, slots = "chain", dict(run.schedule.slots)  # proven optimal
+                return Schedule(slots, self.name, "optimal", chain_bound, run.schedule.partitions)
         floors = Floors(problem)  # block bounds, shared with pexact
         self._floor_bound = floors.whole()
         clock.spend(start_charge(len(problem.nodes), len(problem.units)))
@@ -148,37 +145,37 @@ class Auto(Scheduler):
                 f"no scheduler could plan {problem.name!r} (tried {names})"
                 + (f": {why}" if why else "")
             )
-        # a good plan early: annealing from the best heuristic plan before the solvers
-        self._say("annealing", problem)
-        self._anneal(problem, budget * self.anneal_share, clock, "early")
-        if solvers:
-            self._say("exact", problem)
-            left = max(0.0, deadline - clock.now()) * self.exact_share
-            hints = [r.schedule for r in self.runs.values()]
-            exact = partial(Exact(workers=self.workers).solve, hints=hints, clock=clock)
-            self._run(problem, "exact", partial(exact, time_limit=left))
-            left = max(0.0, deadline - clock.now()) * self.pexact_share
-            hints = [r.schedule for r in self.runs.values()]
-            self._say("pexact", problem)
-            pexact = partial(
-                PartitionExact(workers=self.workers).solve, hints=hints, clock=clock, floors=floors
-            )
-            self._run(problem, "pexact", partial(pexact, time_limit=left))
-        else:
+        # a good plan early: annealing from the best heuristic plan before the solvers; then
+        # exact, pexact (each warm-started from the plans so far), annealing again from the
+        # best plan of all and a hill climb; none once the best plan meets a proven bound
+        if not solvers:
             log.info("auto: OR-Tools is not installed; skipping the exact scheduler")
-        # then from the best plan of all, annealing again and a hill climb to finish
-        self._say("annealing again", problem)
-        self._anneal(problem, max(0.0, deadline - clock.now()) * 0.8, clock, "late")
+        for stage in ("annealing", "exact", "pexact", "annealing again"):
+            if self._proven(problem) or (stage.endswith("exact") and not solvers):
+                continue
+            self._say(stage, problem)
+            left = max(0.0, deadline - clock.now())
+            if stage == "annealing":
+                self._anneal(problem, budget * self.anneal_share, clock, "early")
+            elif stage.endswith("exact"):  # warm-started from the plans so far
+                pex = stage == "pexact"
+                solver = (PartitionExact if pex else Exact)(workers=self.workers)
+                limit = left * (self.pexact_share if pex else self.exact_share)
+                hints = [r.schedule for r in self.runs.values()]
+                kw = {"floors": floors} if pex else {}
+                solve = partial(solver.solve, hints=hints, clock=clock, time_limit=limit, **kw)
+                self._run(problem, stage, solve)
+            else:
+                self._anneal(problem, left * 0.8, clock, "late")
         best_name, best = min(self.runs.items(), key=lambda kv: _rank(kv[1]))
-        if not clock.expired(deadline):
+        if not clock.expired(deadline) and not self._proven(problem):
             got = improve(problem, best, deadline, self.name, clock)
             if got is not best:
                 best_name, best = f"{best_name}+local", got
                 self.runs[best_name] = got
 
         bound = self._bound(problem)
-        tol = 1e-9 * max(1.0, best.plan.predicted_us)
-        if best.plan.predicted_us <= bound + tol and group_slack(problem) == 0:
+        if self._proven(problem):
             status = "optimal"  # the plan meets a bound no plan can beat: a proof
         elif best_name.startswith(("exact", "pexact")):
             status = "feasible"
@@ -189,23 +186,23 @@ class Auto(Scheduler):
             dict(best.schedule.slots), self.name, status, bound, best.schedule.partitions
         )
 
+    def _proven(self, problem: Problem) -> bool:
+        """Whether the best plan so far meets the best bound proven (no fused groups)."""
+        best = min(r.plan.predicted_us for r in self.runs.values())
+        return best <= self._bound(problem) + 1e-9 * max(1.0, best) and not group_slack(problem)
+
     def _say(self, stage: str, problem: Problem) -> None:
         """Report the stage starting, with the best plan and the best bound so far (µs)."""
-        if self.progress is None or not self.runs:
-            return
-        best = min(r.plan.predicted_us for r in self.runs.values())
-        self.progress(stage, best, self._bound(problem))
+        if self.progress is not None and self.runs:
+            best = min(r.plan.predicted_us for r in self.runs.values())
+            self.progress(stage, best, self._bound(problem))
 
     def _bound(self, problem: Problem) -> float:
         """The best bound proven so far on every plan's predicted latency (µs)."""
-        bound = max(
-            lower_bound(problem, partitions=True), self._chain_bound or 0.0, self._floor_bound
-        )
-        for solver in ("exact", "pexact"):
-            run = self.runs.get(solver)
-            if run is not None and run.schedule.lower_bound is not None:
-                bound = max(bound, run.schedule.lower_bound)
-        return bound
+        solved = [self.runs[s].schedule.lower_bound for s in ("exact", "pexact") if s in self.runs]
+        chain = self._chain_bound or 0.0
+        whole = lower_bound(problem, partitions=True)
+        return max(whole, chain, self._floor_bound, *(b for b in solved if b is not None))
 
     def _anneal(self, problem: Problem, budget_s: float, clock: WorkClock, tag: str) -> None:
         """Anneal from the best plan so far for ``budget_s``; kept as ``<start>+anneal``."""
