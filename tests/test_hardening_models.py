@@ -394,6 +394,16 @@ def test_input_shape_overflow_in_the_library(tmp_path: Path, spec: str) -> None:
         load_model(_dynamic_model(tmp_path / "dyn.onnx"), {"input": dims})
 
 
+def test_an_absurd_input_shape_fixed_in_the_model_is_one_line(tmp_path: Path) -> None:
+    """A model whose own input holds 1e15 elements is refused on loading, before any array of
+    that size is made (it was a MemoryError naming no input)."""
+    p = tmp_path / "huge.onnx"
+    onnx.save(_relu_model(dims=(100000, 100000, 100000)), p)
+    with pytest.raises(InputShapeError, match="'x' of .*fixed in the model.*too large"):
+        load_model(p)
+    _assert_one_line_error(_cli_inproc("inspect", p), "re-export it smaller")
+
+
 @pytest.mark.parametrize("dims", [(1, 3, 0, 8), (1, 3, -4, 8)])
 def test_non_positive_dims_in_the_library(tmp_path: Path, dims: tuple[int, ...]) -> None:
     with pytest.raises(InputShapeError, match=">= 1"):

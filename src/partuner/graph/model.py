@@ -293,6 +293,8 @@ def _fix_inputs(
                     f"input {vi.name!r} of {source} has dynamic shape [{shown}]; fix it with "
                     f"--input-shape {vi.name}={example or '1x3x224x224'} (your sizes)"
                 )
+            fixed = f"input {vi.name!r} of {source}, fixed in the model (re-export it smaller)"
+            _check_dims(fixed, tuple(d.dim_value for d in dims))
     return names
 
 
