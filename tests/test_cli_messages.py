@@ -239,6 +239,45 @@ def test_an_npz_given_as_input_is_named_as_an_archive(tmp_path):
         read_inputs((f"x={tmp_path / 'in.npz'}",), ["x"])
 
 
+def test_an_empty_cut_or_forged_npy_is_one_clear_line(tmp_path):
+    """An empty file, one cut short, a header claiming 1e15 items (refused before numpy
+    allocates them) and a header holding code: each named, nothing loaded or run."""
+    import io
+
+    import numpy as np
+
+    from partuner.cli.common import read_inputs
+    from partuner.errors import PartunerError
+
+    def npy(header: dict | bytes) -> bytes:
+        f = io.BytesIO()
+        if isinstance(header, dict):
+            np.lib.format.write_array_header_1_0(f, header)
+        else:  # a header of our own text, padded as numpy pads its own
+            text = header + b" " * (117 - len(header)) + b"\n"
+            f.write(np.lib.format.MAGIC_PREFIX + b"\x01\x00" + len(text).to_bytes(2, "little"))
+            f.write(text)
+        return f.getvalue() + b"\0" * 24
+
+    np.save(tmp_path / "good.npy", np.ones((2, 3), np.float32))
+    (tmp_path / "empty.npy").write_bytes(b"")
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "good.npy").read_bytes()[:-4])
+    huge = {"descr": "<f4", "fortran_order": False, "shape": (10**5, 10**5, 10**5)}
+    (tmp_path / "huge.npy").write_bytes(npy(huge))
+    code = b"{'descr': __import__('os').getpid(), 'fortran_order': False, 'shape': (1,), }"
+    (tmp_path / "forged.npy").write_bytes(npy(code))
+    cases = {
+        "empty": "the file is empty",
+        "cut": r"claims \(2, 3\) float32, 24 bytes; it holds 20",
+        "huge": r"claims \(100000, 100000, 100000\) float32, 4000000000000000 bytes; it holds 24",
+        "forged": "header is malformed",
+    }
+    for name, why in cases.items():
+        with pytest.raises(PartunerError, match=f"--input .*{name}.npy: .*{why}"):
+            read_inputs((f"x={tmp_path / name}.npy",), ["x"])
+    assert read_inputs((f"x={tmp_path / 'good.npy'}",), ["x"])["x"].shape == (2, 3)
+
+
 def test_a_batch_of_no_items_says_so(tmp_path, model_file):
     import numpy as np
 

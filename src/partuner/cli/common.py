@@ -155,6 +155,7 @@ def read_inputs(specs: tuple[str, ...], names: list[str]) -> dict[str, np.ndarra
         if name not in names:
             raise PartunerError(f"--input names {name!r}; the model's inputs are {names}")
         try:
+            _check_npy_size(Path(path))
             loaded = np.load(Path(path), allow_pickle=False)
             if not isinstance(loaded, np.ndarray):  # an .npz archive (arrays by name)
                 held = ", ".join(loaded.files[:5]) or "nothing"
@@ -164,16 +165,30 @@ def read_inputs(specs: tuple[str, ...], names: list[str]) -> dict[str, np.ndarra
                     f"array; save each input alone (numpy.save) and give --input {name}=FILE.npy"
                 )
             out[name] = loaded
-        except ValueError as exc:
-            why = str(exc)
+        except (ValueError, EOFError, OSError) as exc:
+            why = "the file is empty" if isinstance(exc, EOFError) else str(exc)
             if why.startswith("Object arrays"):  # an .npy of Python objects (a pickle inside)
                 why = "it holds Python objects, which partuner never loads; save a numeric array"
             elif "pickle" in why:  # numpy's word for "not an .npy file" (a text file, say)
                 why = "it is not a NumPy .npy array (write one with numpy.save(FILE, array))"
             raise PartunerError(f"cannot read --input {path}: {why}") from None
-        except OSError as exc:
-            raise PartunerError(f"cannot read --input {path}: {exc}") from None
     return out
+
+
+def _check_npy_size(path: Path) -> None:
+    """Raise ValueError where an .npy file's header is malformed or claims more data than the
+    file holds, before numpy allocates what it claims (headers numpy.save rarely writes pass)."""
+    fmt = np.lib.format
+    with path.open("rb") as f:
+        if f.read(8) != fmt.MAGIC_PREFIX + b"\x01\x00":
+            return  # not an .npy of the usual form: np.load says what it is
+        try:
+            shape, _, dtype = fmt.read_array_header_1_0(f)
+        except ValueError:
+            raise ValueError("its .npy header is malformed (write it with numpy.save)") from None
+        need, held = math.prod(shape) * dtype.itemsize, os.fstat(f.fileno()).st_size - f.tell()
+    if need > held:
+        raise ValueError(f"its header claims {shape} {dtype}, {need} bytes; it holds {held}")
 
 
 def skip_unavailable_option(fn: F) -> F:

@@ -62,16 +62,12 @@ def plan_result(result: Any, output: str | None) -> dict[str, Any]:
     }
 
 
-def _frames(n: int) -> str:
-    return f"{n} frame" if n == 1 else f"{n} frames"
-
-
 def print_plan(r: dict[str, Any]) -> None:
-    label = " (modeled)" if r["modeled"] else ""
+    label, n = " (modeled)" if r["modeled"] else "", sum(r["in_flight"])
     console.print(
         f"stream plan by [bold]{r['scheduler']}[/bold] ({r['status']}): predicted "
         f"{r['predicted_fps']:.1f} frames/s{label}, bound {_fps(r['fps_bound'])} frames/s, "
-        f"{_frames(sum(r['in_flight']))} in flight, latency p50 {_ms(r['latency_ms']['p50'])} "
+        f"{n} frame{'s' * (n != 1)} in flight, latency p50 {_ms(r['latency_ms']['p50'])} "
         f"p99 {_ms(r['latency_ms']['p99'])}"
     )
     t = Table(show_edge=False)

@@ -94,10 +94,6 @@ class FusedGroup:
         return max(0.0, sum(problem.cost[n][unit] for n in self.nodes) - c)
 
 
-def _zero_link() -> Link:
-    return Link(latency_us=0.0, gbps=math.inf)
-
-
 @dataclass
 class Problem(MemoryModel):
     """A DAG of nodes to place on units, with per-unit costs (µs) and inter-unit links.
@@ -115,7 +111,7 @@ class Problem(MemoryModel):
     cost: dict[str, dict[str, float]]
     edges: list[Edge] = field(default_factory=list)
     links: dict[tuple[str, str], Link] = field(default_factory=dict)
-    default_link: Link = field(default_factory=_zero_link)
+    default_link: Link = field(default_factory=lambda: Link(latency_us=0.0, gbps=math.inf))
     call_overhead_us: dict[str, float] = field(default_factory=dict)
     modeled: frozenset[str] = frozenset()
     name: str = "problem"

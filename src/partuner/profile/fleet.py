@@ -102,10 +102,6 @@ def _known(store: ProfileStore, fp: str) -> list[tuple]:
     ]
 
 
-def _settings_key(settings: Mapping[str, Any]) -> str:
-    return json.dumps(settings, sort_keys=True, default=str).replace("#", "_")
-
-
 def profile_on_nodes(
     graph: ModelGraph,
     units: Mapping[str, RayUnit],
@@ -122,7 +118,8 @@ def profile_on_nodes(
     units whose profiling finished are stored all the same, those of the failed one not at all.
     """
     fps = {name: u.fingerprint() for name, u in units.items()}
-    mark = FLEET_SIG.format(model_digest(graph), _settings_key(settings))
+    key = json.dumps(settings, sort_keys=True, default=str).replace("#", "_")
+    mark = FLEET_SIG.format(model_digest(graph), key)
     first: dict[str, RayUnit] = {}  # one unit per fingerprint: identical boards share rows
     again = False  # a node profiles the model again: rows it timed for it were timed busy
     for name, u in units.items():

@@ -251,10 +251,6 @@ def group_signature(member_signatures: Iterable[str]) -> str:
     return "+".join(member_signatures)
 
 
-def _half_spread(m: Measurement) -> float:
-    return max(m.p90_us - m.p10_us, 0.0) / 2
-
-
 def differs_beyond_noise(group: Measurement, members: Sequence[Measurement]) -> bool:
     """Whether a group's time differs from the sum of its members' by more than the noise.
 
@@ -272,7 +268,8 @@ def differs_beyond_noise(group: Measurement, members: Sequence[Measurement]) -> 
     False
     """
     total = sum(x.median_us for x in members)
-    noise = math.sqrt(sum(_half_spread(x) ** 2 for x in [group, *members]))
+    halves = [max(x.p90_us - x.p10_us, 0.0) / 2 for x in [group, *members]]  # half spreads
+    noise = math.sqrt(sum(h**2 for h in halves))
     return abs(group.median_us - total) > noise
 
 
