@@ -58,6 +58,7 @@ def files(tmp_path):
     onnx.save(_nan_model(), tmp_path / "nan.onnx")
     return tmp_path
 
+
 MODELED_PAIR = """
 units:
   npu: {backend: modeled, gflops: 100, gbps: 6, overhead_us: 40,
