@@ -212,6 +212,21 @@ def test_damaged_page_at_query_time_names_the_file(tmp_path):
     assert db.read_bytes() == before  # nothing deleted or rewritten
 
 
+def test_a_store_with_an_sql_trigger_is_refused_before_any_write(tmp_path):
+    """A store from elsewhere holding a trigger (one that empties a table on every insert) is
+    refused on opening: none of its rows lost, nothing written."""
+    db = tmp_path / "p.db"
+    _filled(db)
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("CREATE TRIGGER t1 AFTER INSERT ON measurements BEGIN DELETE FROM units; END")
+    con.close()
+    before = db.read_bytes()
+    with pytest.raises(ProfileError, match="SQL trigger 't1'.*use another --db"):
+        ProfileStore(db)
+    assert db.read_bytes() == before
+
+
 def test_damaged_store_via_cli_is_one_line(tmp_path):
     db = tmp_path / "p.db"
     _filled(db)

@@ -233,10 +233,6 @@ def cut_retime(
     return times
 
 
-def _order_of(times: Mapping[str, tuple[float, float]], index: Mapping[str, int]) -> list[str]:
-    return sorted(times, key=lambda n: (times[n][0], times[n][1], index[n]))
-
-
 def _makespan(times: Mapping[str, tuple[float, float]]) -> float:
     return max((e for _, e in times.values()), default=0.0)
 
@@ -404,7 +400,7 @@ def _solve_model(
             for n in inst.nodes
         }
         got = {n: (solver.value(start[n]), solver.value(end[n])) for n in inst.nodes}
-        order = _order_of(got, index)
+        order = sorted(got, key=lambda n: (got[n][0], got[n][1], index[n]))
         bound = solver.objective_value if code == cp_model.OPTIMAL else solver.best_objective_bound
     elif hint is None and code in (cp_model.UNKNOWN, cp_model.INFEASIBLE):
         raise InfeasiblePlanError(

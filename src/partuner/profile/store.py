@@ -194,6 +194,12 @@ class ProfileStore:
                 if _kind(exc) != "busy" or time.monotonic() > deadline:
                     raise
                 time.sleep(0.005)
+        hook = self._db.execute("SELECT name FROM sqlite_master WHERE type='trigger'").fetchone()
+        if hook is not None:  # SQL the file runs on partuner's writes (deleting rows, say)
+            raise ProfileError(
+                f"profile store {self.path} holds an SQL trigger {hook[0]!r}, which partuner never"
+                " creates and which would run on every write; use another --db, or drop it"
+            )
         self._db.executescript(_SCHEMA)
         row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
         if row is None:

@@ -363,10 +363,6 @@ def _legalize_model_arg(cls: type, method: str) -> None:
     setattr(cls, method, wrapped)
 
 
-def _type_name(value: object) -> str:
-    return type(value).__name__
-
-
 #: the most threads one unit may ask for: more is a mistake (or a hostile file), not a setting,
 #: and thread pools of 10^5 threads hang the process for minutes
 MAX_THREADS = 1024
@@ -387,7 +383,9 @@ def opt_int(
     if value is None and default is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise UnitError(f"option {key!r} must be an integer, got {value!r} ({_type_name(value)})")
+        raise UnitError(
+            f"option {key!r} must be an integer, got {value!r} ({type(value).__name__})"
+        )
     if minimum is not None and value < minimum:
         raise UnitError(f"option {key!r} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
