@@ -743,6 +743,22 @@ def test_nestc_keys_out_of_line_with_the_partuner_section_are_named(tmp_path, ca
         read_plan(path)
 
 
+BOMB = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+    f"{k}: &{k} [{', '.join(['*' + prev] * 10)}]\n"
+    for prev, k in zip("abcdef", "bcdefg", strict=True)
+)
+
+
+@pytest.mark.parametrize("kind", ["plan", "units"])
+def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path, model_file, kind):
+    """Ten million values from seven lines of aliases ("billion laughs"): one line, not a hang."""
+    bad = tmp_path / "bomb.yaml"
+    bad.write_text(f"units:\n  cpu0: {{backend: onnxruntime, threads: 1}}\n{BOMB}")
+    args = ["--plan", bad] if kind == "plan" else ["--plan", _own_plan(tmp_path / "p.yaml", [])]
+    args += ["--units", bad] if kind == "units" else []
+    _fails_cleanly(_cli("check", model_file, *args), "YAML aliases")
+
+
 @pytest.mark.parametrize("kind", ["plan", "units"])
 def test_a_python_yaml_tag_is_called_refused_not_a_syntax_error(tmp_path, model_file, kind):
     bad = tmp_path / "tagged.yaml"

@@ -19,6 +19,7 @@ __all__ = [
     "PlanFileError",
     "PartitionCycleError",
     "RuntimeFailure",
+    "yaml_expanded",
     "yaml_refusal",
 ]
 
@@ -91,4 +92,28 @@ def yaml_refusal(exc: Exception) -> str | None:
     return (
         f"uses the YAML tag {problem[len(head) :]}{line}, which partuner refuses (a tag can make "
         "a YAML loader build objects or run code); write plain YAML data"
+    )
+
+
+#: the most values a YAML file partuner reads may hold once its aliases are expanded
+YAML_MAX_VALUES = 1_000_000
+
+
+def yaml_expanded(doc: object) -> str | None:
+    """Words saying that ``doc`` (parsed YAML) holds more than :data:`YAML_MAX_VALUES` values
+    once its aliases are expanded (a "billion laughs" file: small, endless to walk); else None.
+
+    >>> a = [1] * 10
+    >>> yaml_expanded({"k": [a] * 10}), yaml_expanded([[[a] * 100] * 100] * 10)[:30]
+    (None, 'holds more than 1000000 values')
+    """
+    todo, n = [doc], 0
+    while todo and n <= YAML_MAX_VALUES:
+        v, n = todo.pop(), n + 1
+        todo += [*v, *v.values()] if isinstance(v, dict) else v if isinstance(v, list) else []
+    if n <= YAML_MAX_VALUES:
+        return None
+    return (
+        f"holds more than {YAML_MAX_VALUES} values once its YAML aliases (*name) are expanded; "
+        "write the data out plainly"
     )

@@ -203,10 +203,11 @@ def _fit(node: onnx.NodeProto, have: int, to: int, types: dict[str, str]) -> str
             continue
         spec = new.attributes.get(a.name)
         default = spec.default_value if spec is not None else None
-        if default is not None and default.name and _same_value(a, default):
+        value = helper.get_attribute_value(a)
+        if default is not None and default.name and value == helper.get_attribute_value(default):
             continue
         implicit = _IMPLICIT.get(a.name)
-        if implicit is None or not implicit(helper.get_attribute_value(a)):
+        if implicit is None or not implicit(value):
             return f"attribute {a.name!r} does not exist at opset {to}"
     kept = {a.name for a in keep}
     missing = [n for n, s in old.attributes.items() if s.required and n not in kept]
@@ -241,7 +242,3 @@ def _allowed(schema: onnx.defs.OpSchema, type_str: str) -> set[str]:
         if c.type_param_str == type_str:
             return set(c.allowed_type_strs)
     return {type_str} if type_str.startswith("tensor(") else set()
-
-
-def _same_value(a: onnx.AttributeProto, default: onnx.AttributeProto) -> bool:
-    return helper.get_attribute_value(a) == helper.get_attribute_value(default)

@@ -45,7 +45,7 @@ from typing import Any
 
 import yaml
 
-from partuner.errors import PlanFileError, yaml_refusal
+from partuner.errors import PlanFileError, yaml_expanded, yaml_refusal
 
 __all__ = [
     "PlanFile",
@@ -416,6 +416,8 @@ def read_plan(path: str | Path) -> PlanFile:
     except (ValueError, RecursionError, OverflowError) as exc:  # 5000-digit ints, deep nesting
         why = short_repr(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         raise PlanFileError(f"{where} cannot be read as a plan file ({why})") from None
+    if bomb := yaml_expanded(doc):
+        raise PlanFileError(f"{where} {bomb}")
     if not isinstance(doc, dict):
         raise PlanFileError(f"{where} is not a plan file (expected a YAML mapping)")
     own = doc.get("partuner")

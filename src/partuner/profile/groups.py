@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from partuner.errors import ProfileError, yaml_refusal
+from partuner.errors import ProfileError, yaml_expanded, yaml_refusal
 from partuner.graph import ModelGraph
 from partuner.graph.ops import op_type_problem
 from partuner.profile.store import Measurement
@@ -108,6 +108,8 @@ def parse_profile_configs(path: str | Path) -> list[list[str]]:
             raise ProfileError(f"{p} {refused}") from None
         first = str(exc).splitlines()[0]
         raise ProfileError(f"{p}: YAML syntax error ({first}); fix the file") from None
+    if bomb := yaml_expanded(docs):
+        raise ProfileError(f"{p} {bomb}")
     entries: list[object] = []
     for d in docs:
         entries.extend(d if isinstance(d, list) else [d])

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from partuner.errors import ProfileError, yaml_refusal
+from partuner.errors import ProfileError, yaml_expanded, yaml_refusal
 from partuner.graph import ModelGraph, NodeInfo
 from partuner.profile.groups import GLOW_TO_ONNX, group_signature, sequential_chains
 from partuner.profile.profiler import Profile
@@ -85,15 +85,11 @@ def nestc_key(graph: ModelGraph, node: NodeInfo) -> str:
     return "-".join(parts)
 
 
-def _value(v: float) -> str:
-    return "INFINITY" if math.isinf(v) else str(int(round(v)))
-
-
 def _write(path: Path, backend: str, comm: float, entries: Mapping[str, list[float]]) -> Path:
     lines = ["---", f"backendName: {backend}", f"commCost: {round(float(comm), 3)}"]
     for key, vals in entries.items():
         v = math.inf if any(math.isinf(x) for x in vals) else sum(vals) / len(vals)
-        lines.append(f"{key}: {_value(v)}")
+        lines.append(f"{key}: {'INFINITY' if math.isinf(v) else int(round(v))}")
     lines.append("...")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -184,6 +180,8 @@ def import_nestc(
             raise ProfileError(f"{p} {refused}") from None
         first = str(exc).splitlines()[0]
         raise ProfileError(f"{p}: YAML syntax error ({first}); is it a NEST-C profile?") from None
+    if bomb := yaml_expanded(data):
+        raise ProfileError(f"{p} {bomb}")
     if not isinstance(data, dict):
         raise ProfileError(f"{p} is not a NEST-C profile (a flat map of key: time)")
     if str(data.get("Type", "ExeTime")) == "CommTime":

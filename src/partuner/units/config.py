@@ -44,7 +44,7 @@ from typing import Any
 
 import yaml
 
-from partuner.errors import UnitError, UnitsFileError, yaml_refusal
+from partuner.errors import UnitError, UnitsFileError, yaml_expanded, yaml_refusal
 from partuner.units.base import Unit, backend_names, get_backend
 
 __all__ = [
@@ -283,6 +283,8 @@ def load_units(path: str | Path | None) -> UnitSet:
         raise fail(f"YAML syntax error{where}: {problem}; fix the YAML") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise fail(f"cannot read the file ({exc}); is it a UTF-8 text file?") from None
+    if bomb := yaml_expanded(data):
+        raise fail(bomb)
     return _from_mapping(data, str(p))
 
 
