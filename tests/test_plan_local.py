@@ -121,6 +121,10 @@ def test_auto_stops_once_its_best_plan_meets_a_proven_bound():
     s = auto.schedule(p, time_limit=5.0)
     assert s.status == "optimal" and set(s.assignment.values()) == {"u0"}
     assert heard == [] and not {"exact", "pexact"} & set(auto.runs)
+    # unless asked for every stage's plan (plan --compare, stream candidates)
+    every = Auto(progress=lambda stage, best, bound: heard.append(stage), stop_at_bound=False)
+    assert every.schedule(p, time_limit=5.0).assignment == s.assignment
+    assert heard[0] == "annealing" and "annealing again" in heard
     # where the heuristics' plan misses the bound, the stages run as before
     heard.clear()
     Auto(progress=lambda stage, best, bound: heard.append(stage)).schedule(_fork(), time_limit=1)

@@ -334,6 +334,48 @@ def _input_text(d: Path) -> list[str]:
     return args
 
 
+#: ten million values in seven lines of YAML aliases (a "billion laughs" file)
+BOMB = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+    f"{k}: &{k} [{', '.join(['*' + prev] * 10)}]\n"
+    for prev, k in zip("abcdef", "bcdefg", strict=True)
+)
+
+
+def _input_bytes(raw: bytes) -> Callable[[Path], list[str]]:
+    def setup(d: Path) -> list[str]:
+        args = _input_array(np.zeros((1, 4), np.float32))(d)
+        (d / "x.npy").write_bytes(raw)
+        return args
+
+    return setup
+
+
+def _forged_npy_header() -> bytes:
+    """An .npy header claiming 1e15 float32 items, followed by 16 bytes."""
+    head = "{'descr': '<f4', 'fortran_order': False, 'shape': (100000, 100000, 100000), }"
+    text = head.ljust(117).encode() + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text + bytes(16)
+
+
+def _trigger_store(d: Path) -> list[str]:
+    """A store carrying an SQL trigger that empties a table on every insert."""
+    _tiny(d)
+    units = _units(d, {"cpu0": {"backend": "onnxruntime", "threads": 1}})
+    args = ["profile", str(d / "m.onnx"), "--db", str(d / "p.db"), "-q", "--units", str(units)]
+    subprocess.run([*_partuner(), *args], check=True, capture_output=True)
+    with sqlite3.connect(d / "p.db") as db:
+        db.execute("CREATE TRIGGER t1 AFTER INSERT ON measurements BEGIN DELETE FROM units; END")
+    return args
+
+
+def _huge_fixed_input(d: Path) -> list[str]:
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [100000, 100000, 100000])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [100000, 100000, 100000])
+    g = helper.make_graph([helper.make_node("Relu", ["input"], ["y"], name="r")], "t", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), d / "m.onnx")
+    return ["inspect", str(d / "m.onnx")]
+
+
 def _node_on_a_unit_without_its_op(d: Path) -> list[str]:
     _tiny(d)
     _plan(d)
@@ -518,6 +560,17 @@ CASES: list[Case] = [
     Case("`--input` array of the wrong shape", _input_array(np.zeros((2, 2), np.float32))),
     Case("`--input` file that holds a pickle", _input_array(np.array([{}], dtype=object))),
     Case("`--input` file that is text, not `.npy`", _input_text),
+    Case("`--input` file that is empty", _input_bytes(b"")),
+    Case(
+        "`--input` header claiming 1e15 items (16 bytes follow)", _input_bytes(_forged_npy_header())
+    ),
+    Case(
+        "units file that is a YAML alias bomb (1e7 values in 7 lines)",
+        _with("u.yaml", BOMB, "units", "--units", "{d}/u.yaml"),
+    ),
+    Case("plan file that is a YAML alias bomb", _plan_text(BOMB), absent=("o",)),
+    Case("profile store holding an SQL trigger", _trigger_store, unchanged=("p.db",)),
+    Case("model input fixed to 1e15 elements", _huge_fixed_input),
     Case(
         "units file whose `ops` list misspells an op type",
         _with(

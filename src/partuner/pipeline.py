@@ -167,6 +167,7 @@ def make_plan(
     *,
     time_limit: float | None = None,
     progress: Callable[[str, float, float], None] | None = None,
+    every: bool = False,
 ) -> tuple[Plan, dict[str, Plan]]:
     """Plan ``problem`` with ``scheduler`` within about ``time_limit`` seconds.
 
@@ -176,7 +177,8 @@ def make_plan(
     computed by scheduler name (with ``"auto"``: each scheduler ``auto`` ran, its improved
     plans as ``"<name>+anneal"`` or ``"<name>+local"``, and ``"auto"``, the chosen one);
     ``progress(stage, best_us, bound_us)`` hears each stage of ``auto`` start with the best plan
-    and the best bound so far. Each plan carries its
+    and the best bound so far; ``every``: each of auto's stages runs even once a plan meets a
+    proven bound (for every scheduler's plan). Each plan carries its
     ``solve_s``; the chosen plan's ``scheduler`` names the algorithm that found it and its
     ``lower_bound_us`` is the best bound proven on any plan's predicted latency.
     """
@@ -192,7 +194,7 @@ def make_plan(
             plan.lower_bound_us = max(plan.lower_bound_us or 0.0, s.lower_bound)
         plan.solve_s = time.perf_counter() - t0  # type: ignore[attr-defined]
         return plan, {scheduler: plan}
-    auto = Auto(progress=progress)
+    auto = Auto(progress=progress, stop_at_bound=not every)
     s = auto.schedule(problem, time_limit=time_limit)
     plans: dict[str, Plan] = {}
     for name, run in auto.runs.items():

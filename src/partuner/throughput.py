@@ -55,7 +55,8 @@ def make_stream_plan(
     from partuner.pipeline import MEASURED_PLAN_MARGIN, make_plan
 
     budget = 10.0 if time_limit is None else max(0.0, time_limit)
-    plan, plans = make_plan(problem, "auto", time_limit=budget * LATENCY_SHARE, progress=progress)
+    budget_latency = budget * LATENCY_SHARE  # every latency plan: each a stream candidate
+    plan, plans = make_plan(problem, time_limit=budget_latency, progress=progress, every=True)
     distinct: dict[Any, tuple[str, Plan]] = {}
     for name, p in sorted(plans.items(), key=lambda kv: kv[0] != "auto"):  # auto's name first
         key = frozenset((q.unit, q.nodes) for q in p.partitions)

@@ -146,6 +146,7 @@ def plan_cmd(
             "auto" if compare else scheduler,
             time_limit=time_limit,
             progress=planning_stages(stage),
+            every=compare,
         )
         if compare and scheduler != "auto":
             plan = plans.get(scheduler) or make_plan(problem, scheduler, time_limit=time_limit)[0]

@@ -67,7 +67,8 @@ class Auto(Scheduler):
        the re-simulated latency, never past a unit's memory.
 
     Each stage after 1. runs only while the best plan misses the best bound proven: a plan
-    meeting it is optimal, and returned at once.
+    meeting it is optimal, and returned at once (unless ``stop_at_bound`` is false: every
+    stage then runs, for their plans, as ``plan --compare`` and stream planning want).
 
     ``workers``: CP-SAT's workers for ``exact`` and ``pexact`` (default 1: one full search,
     whose proofs move the bound; on two cores a second worker, a neighbourhood search, took
@@ -100,7 +101,9 @@ class Auto(Scheduler):
         pexact_share: float = 0.85,
         workers: int = 1,
         progress: Callable[[str, float, float], None] | None = None,
+        stop_at_bound: bool = True,
     ) -> None:
+        self.stop_at_bound = stop_at_bound
         self.anneal_share = anneal_share
         self.progress = progress
         self.exact_share = exact_share
@@ -151,7 +154,9 @@ class Auto(Scheduler):
         if not solvers:
             log.info("auto: OR-Tools is not installed; skipping the exact scheduler")
         for stage in ("annealing", "exact", "pexact", "annealing again"):
-            if self._proven(problem) or (stage.endswith("exact") and not solvers):
+            if (self.stop_at_bound and self._proven(problem)) or (
+                stage.endswith("exact") and not solvers
+            ):
                 continue
             self._say(stage, problem)
             left = max(0.0, deadline - clock.now())
@@ -168,7 +173,7 @@ class Auto(Scheduler):
             else:
                 self._anneal(problem, left * 0.8, clock, "late")
         best_name, best = min(self.runs.items(), key=lambda kv: _rank(kv[1]))
-        if not clock.expired(deadline) and not self._proven(problem):
+        if not clock.expired(deadline) and not (self.stop_at_bound and self._proven(problem)):
             got = improve(problem, best, deadline, self.name, clock)
             if got is not best:
                 best_name, best = f"{best_name}+local", got
