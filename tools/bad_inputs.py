@@ -363,8 +363,11 @@ def _trigger_store(d: Path) -> list[str]:
     units = _units(d, {"cpu0": {"backend": "onnxruntime", "threads": 1}})
     args = ["profile", str(d / "m.onnx"), "--db", str(d / "p.db"), "-q", "--units", str(units)]
     subprocess.run([*_partuner(), *args], check=True, capture_output=True)
-    with sqlite3.connect(d / "p.db") as db:
+    db = sqlite3.connect(d / "p.db")
+    with db:
         db.execute("CREATE TRIGGER t1 AFTER INSERT ON measurements BEGIN DELETE FROM units; END")
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # all in the file, whose bytes are compared
+    db.close()
     return args
 
 
