@@ -62,7 +62,6 @@ FORMAT_VERSION = 1
 
 log = logging.getLogger(__name__)
 
-
 MAX_IN_FLIGHT = 64  # frames in flight per copy a plan file may ask for
 
 
