@@ -276,6 +276,8 @@ def test_an_empty_cut_or_forged_npy_is_one_clear_line(tmp_path):
         with pytest.raises(PartunerError, match=f"--input .*{name}.npy: .*{why}"):
             read_inputs((f"x={tmp_path / name}.npy",), ["x"])
     assert read_inputs((f"x={tmp_path / 'good.npy'}",), ["x"])["x"].shape == (2, 3)
+    with pytest.raises(PartunerError, match=r"write NAME=FILE.npy, NAME of \['x'\]"):
+        read_inputs((str(tmp_path / "good.npy"),), ["x"])  # the input's name left out
 
 
 def test_a_batch_of_no_items_says_so(tmp_path, model_file):

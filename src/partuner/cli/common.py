@@ -151,7 +151,7 @@ def read_inputs(specs: tuple[str, ...], names: list[str]) -> dict[str, np.ndarra
     for spec in specs:
         name, _, path = spec.partition("=")
         if not path:
-            raise PartunerError(f"bad --input {spec!r}: write NAME=FILE.npy")
+            raise PartunerError(f"bad --input {spec!r}: write NAME=FILE.npy, NAME of {names}")
         if name not in names:
             raise PartunerError(f"--input names {name!r}; the model's inputs are {names}")
         try:
