@@ -264,12 +264,16 @@ def test_an_empty_cut_or_forged_npy_is_one_clear_line(tmp_path):
     (tmp_path / "cut.npy").write_bytes((tmp_path / "good.npy").read_bytes()[:-4])
     huge = {"descr": "<f4", "fortran_order": False, "shape": (10**5, 10**5, 10**5)}
     (tmp_path / "huge.npy").write_bytes(npy(huge))
+    f = io.BytesIO()  # the same claim in a version 2.0 header
+    np.lib.format.write_array_header_2_0(f, huge)
+    (tmp_path / "huge2.npy").write_bytes(f.getvalue() + b"\0" * 24)
     code = b"{'descr': __import__('os').getpid(), 'fortran_order': False, 'shape': (1,), }"
     (tmp_path / "forged.npy").write_bytes(npy(code))
     cases = {
         "empty": "the file is empty",
         "cut": r"claims \(2, 3\) float32, 24 bytes; it holds 20",
         "huge": r"claims \(100000, 100000, 100000\) float32, 4000000000000000 bytes; it holds 24",
+        "huge2": r"claims \(100000, 100000, 100000\) float32, 4000000000000000 bytes; it holds 24",
         "forged": "header is malformed",
     }
     for name, why in cases.items():

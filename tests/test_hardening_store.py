@@ -215,16 +215,20 @@ def test_damaged_page_at_query_time_names_the_file(tmp_path):
 def test_a_store_with_an_sql_trigger_is_refused_before_any_write(tmp_path):
     """A store from elsewhere holding a trigger (one that empties a table on every insert) is
     refused on opening: none of its rows lost, nothing written."""
-    db = tmp_path / "p.db"
-    _filled(db)
-    con = sqlite3.connect(db)
-    with con:
-        con.execute("CREATE TRIGGER t1 AFTER INSERT ON measurements BEGIN DELETE FROM units; END")
-    con.close()
-    before = db.read_bytes()
-    with pytest.raises(ProfileError, match="SQL trigger 't1'.*use another --db"):
-        ProfileStore(db)
-    assert db.read_bytes() == before
+    for journal in ("wal", "delete"):  # partuner's own stores, and one in SQLite's default
+        db = tmp_path / f"{journal}.db"
+        _filled(db)
+        con = sqlite3.connect(db)
+        con.execute(f"PRAGMA journal_mode={journal}")
+        with con:
+            con.execute(
+                "CREATE TRIGGER t1 AFTER INSERT ON measurements BEGIN DELETE FROM units; END"
+            )
+        con.close()
+        before = db.read_bytes()
+        with pytest.raises(ProfileError, match="SQL trigger 't1'.*use another --db"):
+            ProfileStore(db)
+        assert db.read_bytes() == before
 
 
 def test_damaged_store_via_cli_is_one_line(tmp_path):

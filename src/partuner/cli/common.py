@@ -177,13 +177,16 @@ def read_inputs(specs: tuple[str, ...], names: list[str]) -> dict[str, np.ndarra
 
 def _check_npy_size(path: Path) -> None:
     """Raise ValueError where an .npy file's header is malformed or claims more data than the
-    file holds, before numpy allocates what it claims (headers numpy.save rarely writes pass)."""
+    file holds, before numpy allocates what it claims (header versions 1.0, 2.0 and 3.0)."""
     fmt = np.lib.format
     with path.open("rb") as f:
-        if f.read(8) != fmt.MAGIC_PREFIX + b"\x01\x00":
-            return  # not an .npy of the usual form: np.load says what it is
+        if f.read(6) != fmt.MAGIC_PREFIX:
+            return  # not an .npy: np.load says what it is
+        f.seek(0)
+        version = fmt.read_magic(f)
+        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
         try:
-            shape, _, dtype = fmt.read_array_header_1_0(f)
+            shape, _, dtype = read(f)
         except ValueError:
             raise ValueError("its .npy header is malformed (write it with numpy.save)") from None
         need, held = math.prod(shape) * dtype.itemsize, os.fstat(f.fileno()).st_size - f.tell()

@@ -183,6 +183,13 @@ class ProfileStore:
             raise
 
     def _open(self) -> None:
+        # before anything is written (switching to WAL rewrites the file's header)
+        hook = self._db.execute("SELECT name FROM sqlite_master WHERE type='trigger'").fetchone()
+        if hook is not None:  # SQL the file runs on partuner's writes (deleting rows, say)
+            raise ProfileError(
+                f"profile store {self.path} holds an SQL trigger {hook[0]!r}, which partuner never"
+                " creates and which would run on every write; use another --db, or drop it"
+            )
         # Switching a new file to WAL takes an exclusive lock that SQLite does not wait for
         # (no busy handler): two processes creating one store at once get "locked" at once.
         deadline = time.monotonic() + 30.0
@@ -194,12 +201,6 @@ class ProfileStore:
                 if _kind(exc) != "busy" or time.monotonic() > deadline:
                     raise
                 time.sleep(0.005)
-        hook = self._db.execute("SELECT name FROM sqlite_master WHERE type='trigger'").fetchone()
-        if hook is not None:  # SQL the file runs on partuner's writes (deleting rows, say)
-            raise ProfileError(
-                f"profile store {self.path} holds an SQL trigger {hook[0]!r}, which partuner never"
-                " creates and which would run on every write; use another --db, or drop it"
-            )
         self._db.executescript(_SCHEMA)
         row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
         if row is None:
