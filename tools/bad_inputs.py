@@ -124,7 +124,7 @@ def _stream_plan_bound(ms: str) -> Callable[[Path], list[str]]:
 
 
 def _write(d: Path, name: str, text: str) -> Path:
-    (d / name).write_text(text)
+    (d / name).write_text(text, errors="surrogateescape")  # a lone \udcXX: that byte
     return d / name
 
 
@@ -572,6 +572,39 @@ CASES: list[Case] = [
         _with("u.yaml", BOMB, "units", "--units", "{d}/u.yaml"),
     ),
     Case("plan file that is a YAML alias bomb", _plan_text(BOMB), absent=("o",)),
+    Case(
+        "units file nested 5000 lists deep",
+        _with("u.yaml", "units: " + "[" * 5000 + "]" * 5000, "units", "--units", "{d}/u.yaml"),
+    ),
+    Case(
+        "NEST-C profile holding a 5000-digit number",
+        _with(
+            "n.yaml",
+            "a: " + "9" * 5000,
+            "profile",
+            "m.onnx",
+            "--import-nestc",
+            "{d}/n.yaml",
+            "--unit",
+            "cpu0",
+            "--db",
+            "{d}/p.db",
+        ),
+    ),
+    Case(
+        "fusion config (`--profile-configs`) that is not UTF-8",
+        _with(
+            "c.yaml",
+            "fuseOperators: Conv-Relu  # caf\udce9",
+            "profile",
+            "m.onnx",
+            "--profile-configs",
+            "{d}/c.yaml",
+            "--db",
+            "{d}/p.db",
+        ),
+        absent=("p.db",),
+    ),
     Case("profile store holding an SQL trigger", _trigger_store, unchanged=("p.db",)),
     Case("model input fixed to 1e15 elements", _huge_fixed_input),
     Case(
@@ -582,7 +615,7 @@ CASES: list[Case] = [
             "units",
             "--units",
             "{d}/u.yaml",
-        ),  # fmt: skip
+        ),
     ),
     Case(
         "plan putting a node on a unit whose `ops` list leaves it out",

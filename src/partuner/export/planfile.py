@@ -45,7 +45,8 @@ from typing import Any
 
 import yaml
 
-from partuner.errors import PlanFileError, yaml_expanded, yaml_refusal
+from partuner.errors import PlanFileError
+from partuner.yamlfile import read_yaml
 
 __all__ = [
     "PlanFile",
@@ -400,23 +401,7 @@ def read_plan(path: str | Path) -> PlanFile:
     where = str(p)
     if not p.is_file():
         raise PlanFileError(f"plan file not found: {p}")
-    try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        if refused := yaml_refusal(exc):
-            raise PlanFileError(f"{where} {refused}") from None
-        mark = getattr(exc, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark is not None else ""
-        raise PlanFileError(f"{where} is not valid YAML{line}; is it a plan file?") from None
-    except UnicodeDecodeError:
-        raise PlanFileError(f"{where} is not a text file; is it a plan file?") from None
-    except OSError as exc:
-        raise PlanFileError(f"cannot read plan file {where}: {exc.strerror or exc}") from None
-    except (ValueError, RecursionError, OverflowError) as exc:  # 5000-digit ints, deep nesting
-        why = short_repr(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        raise PlanFileError(f"{where} cannot be read as a plan file ({why})") from None
-    if bomb := yaml_expanded(doc):
-        raise PlanFileError(f"{where} {bomb}")
+    doc = read_yaml(p, PlanFileError, "is it a plan file?")
     if not isinstance(doc, dict):
         raise PlanFileError(f"{where} is not a plan file (expected a YAML mapping)")
     own = doc.get("partuner")

@@ -31,12 +31,11 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-import yaml
-
-from partuner.errors import ProfileError, yaml_expanded, yaml_refusal
+from partuner.errors import ProfileError
 from partuner.graph import ModelGraph
 from partuner.graph.ops import op_type_problem
 from partuner.profile.store import Measurement
+from partuner.yamlfile import read_yaml
 
 __all__ = [
     "GLOW_TO_ONNX",
@@ -99,17 +98,7 @@ def parse_profile_configs(path: str | Path) -> list[list[str]]:
     """The fusion patterns of a NEST-C ``profileConfigs.yaml`` (one pattern per
     ``fuseOperators`` line or comma-separated item; documents may repeat)."""
     p = Path(path)
-    try:
-        docs = [d for d in yaml.safe_load_all(p.read_text(encoding="utf-8")) if d is not None]
-    except OSError as exc:
-        raise ProfileError(f"cannot read profile configs {p}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        if refused := yaml_refusal(exc):
-            raise ProfileError(f"{p} {refused}") from None
-        first = str(exc).splitlines()[0]
-        raise ProfileError(f"{p}: YAML syntax error ({first}); fix the file") from None
-    if bomb := yaml_expanded(docs):
-        raise ProfileError(f"{p} {bomb}")
+    docs = read_yaml(p, ProfileError, "is it a NEST-C profileConfigs.yaml?", all_docs=True)
     entries: list[object] = []
     for d in docs:
         entries.extend(d if isinstance(d, list) else [d])

@@ -216,7 +216,7 @@ def _load(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ProfileError(f"cannot read kit results {path}: {exc.strerror}") from None
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep
         raise ProfileError(f"{path} is not JSON; pass the results.json the kit wrote") from None
     if not isinstance(data, dict) or data.get("format") != RESULTS_FORMAT:
         raise ProfileError(f"{path} is not a partuner kit results file (run_profile.py output)")

@@ -22,14 +22,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from partuner.errors import ProfileError, yaml_expanded, yaml_refusal
+from partuner.errors import ProfileError
 from partuner.graph import ModelGraph, NodeInfo
 from partuner.profile.groups import GLOW_TO_ONNX, group_signature, sequential_chains
 from partuner.profile.profiler import Profile
 from partuner.profile.signature import node_signature
 from partuner.profile.store import NET, Measurement, ProfileStore
+from partuner.yamlfile import read_yaml
 
 __all__ = ["ONNX_TO_GLOW", "NestcImport", "export_nestc", "import_nestc", "nestc_key"]
 
@@ -171,17 +170,7 @@ def import_nestc(
     ProfileError : unreadable file, not a flat map, a transfer-time profile, or a bad value.
     """
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ProfileError(f"cannot read NEST-C profile {p}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        if refused := yaml_refusal(exc):
-            raise ProfileError(f"{p} {refused}") from None
-        first = str(exc).splitlines()[0]
-        raise ProfileError(f"{p}: YAML syntax error ({first}); is it a NEST-C profile?") from None
-    if bomb := yaml_expanded(data):
-        raise ProfileError(f"{p} {bomb}")
+    data = read_yaml(p, ProfileError, "is it a NEST-C profile?")
     if not isinstance(data, dict):
         raise ProfileError(f"{p} is not a NEST-C profile (a flat map of key: time)")
     if str(data.get("Type", "ExeTime")) == "CommTime":

@@ -44,8 +44,9 @@ from typing import Any
 
 import yaml
 
-from partuner.errors import UnitError, UnitsFileError, yaml_expanded, yaml_refusal
+from partuner.errors import UnitError, UnitsFileError
 from partuner.units.base import Unit, backend_names, get_backend
+from partuner.yamlfile import read_yaml
 
 __all__ = [
     "DEFAULT_LINK",
@@ -262,29 +263,13 @@ def load_units(path: str | Path | None) -> UnitSet:
     if path is None:
         return default_units()
     p = Path(path)
-
-    def fail(msg: str) -> UnitsFileError:
-        return UnitsFileError(f"{p}: {msg}")
-
     if not p.is_file():
         what = "is a folder, not a YAML file" if p.is_dir() else "not found"
         raise UnitsFileError(
             f"units file {what}: {p}; pass a YAML units file (see docs/units.md) or leave it "
             "out to get one onnxruntime unit per core"
         )
-    try:
-        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506
-    except yaml.YAMLError as exc:
-        if refused := yaml_refusal(exc):
-            raise fail(refused) from None
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise fail(f"YAML syntax error{where}: {problem}; fix the YAML") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise fail(f"cannot read the file ({exc}); is it a UTF-8 text file?") from None
-    if bomb := yaml_expanded(data):
-        raise fail(bomb)
+    data = read_yaml(p, UnitsFileError, "fix the YAML (docs/units.md)", loader=_UniqueKeyLoader)
     return _from_mapping(data, str(p))
 
 
