@@ -154,6 +154,17 @@ def test_bad_nestc_files_are_refused(branchy, tmp_path, text, needle):
         import_nestc(store, p, branchy, "fp")
 
 
+def test_a_bad_value_after_good_keys_stores_none_of_them(branchy, tmp_path):
+    """The import is all or nothing: the keys before a bad time are not left in the store."""
+    keys = [nestc_key(branchy, n) for n in branchy.compute_nodes][:3]
+    p = tmp_path / "late.yaml"
+    p.write_text(f"{keys[0]}: 5\n{keys[1]}: 7\n{keys[2]}: -1\n")
+    with ProfileStore(tmp_path / "p.db") as store:
+        with pytest.raises(ProfileError, match="bad time"):
+            import_nestc(store, p, branchy, "fp")
+        assert list(store.rows("fp")) == []
+
+
 def test_cli_export_and_import(branchy_file, units_file, db, tmp_path):
     out = tmp_path / "nestc"
     r = CliRunner().invoke(

@@ -189,6 +189,7 @@ def import_nestc(
             sigs.setdefault(key, set()).add(group_signature(sig_of[m] for m in chain))
     imp = NestcImport(str(data.get("backendName", "")))
     detail = f"{NET}NEST-C {p.name}"
+    rows: list[tuple[str, Measurement]] = []  # every value checked before any is stored
     for key, raw in data.items():
         if key in _META:
             continue
@@ -203,9 +204,10 @@ def import_nestc(
             if math.isfinite(t)
             else Measurement(math.inf, math.inf, math.inf, 0, "unsupported", detail)
         )
-        for sig in sorted(found):
-            store.put(fingerprint, sig, m, description=description)
-            imp.rows += 1
+        rows += [(sig, m) for sig in sorted(found)]
+    for sig, m in rows:
+        store.put(fingerprint, sig, m, description=description)
+    imp.rows = len(rows)
     if not imp.matched:  # nothing was stored
         seen = [str(k) for k in data if k not in _META]
         got = f"{seen[:3]}{' ...' if len(seen) > 3 else ''}" if seen else "none"
