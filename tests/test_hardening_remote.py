@@ -292,3 +292,15 @@ def test_malformed_kit_results_are_one_line_and_store_nothing(board, tmp_path, s
     _one_line_error(r, "bad.json")
     with ProfileStore(db) as store:
         assert store.summary() == []
+
+
+def test_tune_refuses_a_remote_unit_before_it_profiles_or_writes(tmp_path):
+    """tune runs its plans here: a board unit is refused in one line before any profiling,
+    planning or export (a plan and partitions used to be written, then the run failed)."""
+    model = tmp_path / "m.onnx"
+    zoo.save("branchy", model, image_size=32)
+    out = tmp_path / "out"
+    db = tmp_path / "p.db"
+    r = _cli("tune", model, "--units", _units_file(tmp_path / "u.yaml"), "-o", out, "--db", db)
+    _one_line_error(r, "unit 'b0' is a remote target", "partuner plan", "partuner export")
+    assert not out.exists() and not db.exists()

@@ -112,6 +112,13 @@ def tune_cmd(
         raise PartunerError("--objective throughput plans from auto's plans: leave out --scheduler")
     g = load_graph(model, input_shapes)
     us = load_units_cli(units_file)
+    far = [u.name for u in us if u.remote is not None]
+    if far:  # refused before profiling: tune runs its plans here
+        raise PartunerError(
+            f"unit {far[0]!r} is a remote target (remote: in the units file), and tune runs its "
+            "plans here: plan with `partuner plan MODEL --units FILE -o plan.yaml`, export with "
+            "`partuner export`, and run the partitions on the board; or leave the unit out"
+        )
     name = Path(model[4:] if model.startswith("zoo:") else model).name.split(".")[0]
     outdir = Path(output) if output else Path("partuner-out") / name
     quiet = quiet or as_json
@@ -135,7 +142,7 @@ def tune_cmd(
             repeat=repeat,
             progress=stage,
             time_limit=time_limit,
-            corrections=corrections_cli(g, us, db),
+            corrections=corrections_cli(g, us, db, quiet),
         )
     plan = r.plan
     summary = _verdict(r, repeat)
@@ -249,7 +256,7 @@ def _tune_stream(
     from partuner.pipeline import build_problem
     from partuner.throughput import tune_stream
 
-    problem = build_problem(g, us, prof, corrections_cli(g, us, db))
+    problem = build_problem(g, us, prof, corrections_cli(g, us, db, quiet))
     with StageLines(quiet) as stage:
         r = tune_stream(
             g,
