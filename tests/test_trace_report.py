@@ -88,6 +88,11 @@ def test_run_trace_and_calibrate(tmp_path, planned, branchy_file, units_file, db
         factors = load_calibration(store, graph, units)
     used = {p["unit"] for p in parts}
     assert used <= set(factors) and all(f > 0 for f in factors.values())
+    # the next plan of the model says that it scales the units' costs by them
+    r = _cli("plan", branchy_file, "--units", units_file, "--db", db, "--time-limit", 1)
+    assert r.exit_code == 0, r.output
+    note = next(x for x in r.output.splitlines() if x.startswith("note: node costs scaled"))
+    assert all(f"{u} x" in note for u in factors)
 
 
 def test_report_html(tmp_path, planned, branchy_file, units_file):
@@ -171,3 +176,14 @@ def test_correction_factors_skip_modeled_units_and_pool_fingerprints():
     rows += [("npu", 50.0, 10.0), ("cpu0", 10.0, 0.0), ("cpu0", math.nan, 5.0)]
     (c,) = correction_factors(rows, units).values()
     assert c.units == ("cpu0", "cpu1") and c.partitions == 3 and c.factor == 2.0
+
+
+def test_a_correction_factor_is_weighted_by_time_not_a_median_of_partitions():
+    """Many small partitions that ran faster than predicted must not outvote the large ones
+    that ran slower: the unit took 1.38x its prediction in all, so its factor is 1.38 (a median
+    of the partition ratios said 0.8)."""
+    units = units_from_mapping({"units": {"cpu0": {"backend": "onnxruntime", "threads": 1}}})
+    rows = [("cpu0", 80.0, 100.0)] * 4 + [("cpu0", 2720.0, 1800.0)]
+    (c,) = correction_factors(rows, units).values()
+    assert c.factor == pytest.approx((4 * 80 + 2720) / (4 * 100 + 1800))
+    assert c.factor > 1.3 and c.p10 < 1.0

@@ -132,7 +132,7 @@ def plan_cmd(
             fuse_max=fuse_max,
             corun=True,  # latency plans charge it too (plan/simulate.py)
         )
-        problem = build_problem(g, us, prof, corrections_cli(g, us, db))
+        problem = build_problem(g, us, prof, corrections_cli(g, us, db, quiet or as_json))
     problem.validate()
     if dump_problem:
         atomic_write(dump_problem, problem.to_json())

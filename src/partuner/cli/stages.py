@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from partuner.cli.common import progress_bar
+from partuner.cli.common import err_console, progress_bar
 
 
 def load_units_cli(units_file: str | None) -> Any:
@@ -50,13 +50,22 @@ def profile_cli(
             )
 
 
-def corrections_cli(graph: Any, units: Any, db: str | None) -> dict[str, float]:
-    """Per-unit correction factors stored by ``partuner run --calibrate`` for this model."""
+def corrections_cli(graph: Any, units: Any, db: str | None, quiet: bool) -> dict[str, float]:
+    """Per-unit correction factors stored by ``partuner run --calibrate`` for this model, said
+    on stderr (unless ``quiet``): they scale every later plan of the model on those units."""
     from partuner.profile import ProfileStore
     from partuner.runtime.calibrate import load_calibration
 
     with ProfileStore(db) as store:
-        return load_calibration(store, graph, units)
+        got = load_calibration(store, graph, units)
+    if got and not quiet:
+        said = ", ".join(f"{u} x{f:.3g}" for u, f in got.items())
+        err_console.print(
+            f"note: node costs scaled by the factors `partuner run --calibrate` stored for this "
+            f"model ({said}); another `run --calibrate` replaces them",
+            markup=False,
+        )
+    return got
 
 
 def busy_rows(profile: Any) -> list[dict[str, Any]]:

@@ -1,14 +1,17 @@
 """Closing the loop: per-unit correction factors (measured / predicted) kept in the profile store.
 
 After a plan ran, each measured unit's partitions took some time; the plan predicted another.
-The median ratio ``measured / predicted`` over a unit's partitions is its correction factor for
-this model. It is stored as a profile-store row (the schema is unchanged):
+The ratio of the two, summed over a unit's partitions (``sum measured / sum predicted``), is its
+correction factor for this model: weighted by time, so that the partitions where node costs
+weigh most decide it (a median of per-partition ratios let many small partitions, run faster
+than predicted, outvote the large ones that ran slower: factor 0.86 where the unit took 1.32x
+its prediction). It is stored as a profile-store row (the schema is unchanged):
 
 * fingerprint: the unit's fingerprint (identical units share the row, as they share costs; the
   factor then pools their partitions);
 * signature: ``__calibration__#<model digest>`` (the digest the profiler uses for the model);
 * ``median_us``: the factor (a ratio, not µs), ``p10_us``/``p90_us``: the spread of the
-  partition ratios, ``count``: partitions pooled, ``detail``: what was compared.
+  per-partition ratios, ``count``: partitions pooled, ``detail``: what was compared.
 
 Modeled units are skipped (their host run says nothing about the device they stand for), as are
 partitions predicted to take no time.
@@ -17,7 +20,6 @@ partitions predicted to take no time.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -58,7 +60,7 @@ def calibration_signature(graph: ModelGraph) -> str:
 
 @dataclass(frozen=True)
 class UnitCalibration:
-    """One fingerprint's correction factor: median of measured/predicted over its partitions."""
+    """One fingerprint's correction factor: its partitions' measured time over predicted."""
 
     fingerprint: str
     units: tuple[str, ...]
@@ -82,7 +84,7 @@ def correction_factors(
     >>> us = units_from_mapping({"units": {"a": {"backend": "onnxruntime"}}})
     >>> f = correction_factors([("a", 120.0, 100.0), ("a", 300.0, 200.0), ("a", 80, 100)], us)
     >>> round(next(iter(f.values())).factor, 3)
-    1.2
+    1.25
     """
     pooled: dict[str, list[tuple[str, float, float]]] = {}
     for unit, measured, predicted in rows:
@@ -97,7 +99,7 @@ def correction_factors(
         out[fp] = UnitCalibration(
             fingerprint=fp,
             units=tuple(dict.fromkeys(u for u, _, _ in items)),
-            factor=statistics.median(ratios),
+            factor=sum(m for _, m, _ in items) / sum(p for _, _, p in items),
             p10=float(np.percentile(ratios, 10)),
             p90=float(np.percentile(ratios, 90)),
             partitions=len(items),
@@ -118,7 +120,7 @@ def store_calibration(
     sig = calibration_signature(graph)
     for fp, c in factors.items():
         detail = (
-            f"correction factor measured/predicted (median over {c.partitions} partitions on "
+            f"correction factor measured/predicted (summed over {c.partitions} partitions on "
             f"{', '.join(c.units)}: {c.measured_ms:.3f} ms measured vs {c.predicted_ms:.3f} ms "
             f"predicted; plan {plan or '-'})"
         )
