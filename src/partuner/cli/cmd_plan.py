@@ -50,7 +50,7 @@ from partuner.cli.stages import corrections_cli, load_units_cli, profile_cli
     type=FiniteRange(min=0),
     default=None,
     metavar="SECONDS",
-    help="Planning time budget (auto, exact). Default: 10 s.",
+    help="Planning time budget, at most (auto, exact, pexact). Default: 10 s.",
 )
 @click.option("--explain", is_flag=True, help="Say for each partition why it sits on its unit.")
 @click.option(

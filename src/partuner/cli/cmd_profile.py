@@ -405,9 +405,9 @@ def _render(
     )
     if prof.group_signatures:
         console.print(
-            f"{prof.groups_kept} fused groups kept of {prof.group_signatures} distinct groups "
-            f"timed; {len(groups)} discount the planner's costs (units costed in context have "
-            "fusion in their node costs already)"
+            f"{prof.group_signatures} distinct fused groups timed, kept at {prof.groups_kept} "
+            f"places in the model; {len(groups)} discount the planner's costs (units costed in "
+            "context have fusion in their node costs already)"
         )
     t = Table(show_edge=False)
     cols = ("unit", "per partition", "per MB in", "per MB out", "whole model", "sum of parts")

@@ -60,7 +60,7 @@ from partuner.errors import PartunerError
     type=FiniteRange(min=0),
     default=10.0,
     show_default=True,
-    help="Seconds the planner may take (auto/exact).",
+    help="Planning time budget, at most (auto, exact, pexact).",
 )
 @objective_options
 @click.option(

@@ -183,7 +183,7 @@ class Profile:
     # fused groups: (member nodes, unit -> µs on the scale of ``costs``)
     groups: list[tuple[tuple[str, ...], dict[str, float]]] = field(default_factory=list)
     group_signatures: int = 0  # distinct group signatures considered
-    groups_kept: int = 0  # groups kept (explicit, or differing beyond the noise) on some unit
+    groups_kept: int = 0  # places (chains of the model) whose group is kept on some unit
     link_fits: dict[tuple[str, str], LinkFit] = field(default_factory=dict)
     links_measured: int = 0  # link rows timed now
     remote: dict[str, str] = field(default_factory=dict)  # unit -> fingerprint, store only
