@@ -138,7 +138,7 @@ def test_nestc_only_plan_is_read(tmp_path, branchy):
 @pytest.mark.parametrize(
     "text, match",
     [
-        ("[1, 2", "not valid YAML"),
+        ("[1, 2", "YAML syntax error at line 1"),
         ("- a\n- b\n", "expected a YAML mapping"),
         ("funcName: x\n", "no `backendNames`"),
         ("backendNames: a:b\npartitionNames: p0\nnodeToPartition: n-0\n", "1 partitionNames but 2"),
