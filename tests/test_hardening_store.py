@@ -407,3 +407,50 @@ def test_a_row_edited_by_hand_is_one_line_naming_the_store(tmp_path, update):
     with ProfileStore(db) as store, pytest.raises(ProfileError) as exc:
         store.get("fp", "sig")
     assert str(db) in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("detail", ["not json", '{"partitions": 4}', "[" * 100_000])
+def test_a_damaged_chain_row_is_warned_about_not_a_traceback(branchy, tmp_path, caplog, detail):
+    """A store passed on may hold a chain timing whose detail is not what partuner wrote: the
+    profile warns, naming the row, and fits no cut costs from it (it used to raise)."""
+    units = load_units(None)
+    one = type(units)([units["cpu0"]])
+    db = tmp_path / "p.db"
+    with ProfileStore(db) as store:
+        profile_model(branchy, one, store=store, budget_s=0.02)
+    with sqlite3.connect(db) as raw:
+        n = raw.execute(
+            "UPDATE measurements SET detail=? WHERE signature LIKE '\\_\\_chain\\_\\_#%#k4#t0' "
+            "ESCAPE '\\'",
+            (detail,),
+        ).rowcount
+    assert n >= 1
+    with ProfileStore(db) as store, caplog.at_level(logging.WARNING):
+        prof = profile_model(branchy, one, store=store, budget_s=0.02)
+    assert "damaged: cuts not fitted" in caplog.text and prof.units["cpu0"] is not None
+
+
+def test_a_damaged_ray_transport_row_is_measured_again(tmp_path, monkeypatch):
+    """A Ray unit's stored transport costs whose detail is damaged are measured again (and
+    stored), not a KeyError."""
+    import json
+    import socket
+    from types import SimpleNamespace
+
+    from partuner.profile import fleet
+
+    good = Measurement(900.0, 800.0, 1000.0, 12, "ok", json.dumps(
+        {"in_us_per_byte": 0.002, "out_us_per_byte": 0.003}))  # fmt: skip
+    calls = []
+    monkeypatch.setattr(fleet, "_measure_transport", lambda u: calls.append(u) or good)
+    unit = SimpleNamespace(
+        fingerprint=lambda: "fp-ray",
+        placement=SimpleNamespace(describe=lambda: "node-a: 1"),
+        describe=lambda: {"name": "a"},
+    )
+    sig = fleet.TRANSPORT_SIG.format("node-a:1", socket.gethostname())
+    with ProfileStore(tmp_path / "p.db") as store:
+        store.put("fp-ray", sig, Measurement(5.0, 5.0, 5.0, 1, "ok", '{"in": 1}'))
+        assert fleet.transport_costs(unit, store) == (900.0, 0.002, 0.003)
+        assert len(calls) == 1 and store.get("fp-ray", sig).median_us == 900.0
+        assert fleet.transport_costs(unit, store) == (900.0, 0.002, 0.003) and len(calls) == 1

@@ -173,11 +173,14 @@ def measure_chains(
             continue  # a profile imported from a kit of an earlier version: two whole timings
         if m is None or m.status != OK:
             return []
-        info = json.loads(m.detail)
-        read = float(info["bytes"])  # rows of earlier versions: as many written as read
-        points.append(
-            (int(info["partitions"]), read, m.median_us, float(info.get("out_bytes", read)))
-        )
+        try:  # a stored row is input like any other (a store passed on): checked
+            info = json.loads(m.detail)
+            read = float(info["bytes"])  # rows of earlier versions: as many written as read
+            point = (int(info["partitions"]), read, m.median_us, float(info.get("out_bytes", read)))
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            log.warning("store row %s of %s is damaged: cuts not fitted", sig, unit.name)
+            return []
+        points.append(point)
     return points
 
 

@@ -250,12 +250,22 @@ def transport_costs(unit: RayUnit, store: ProfileStore | None) -> tuple[float, f
     sig = TRANSPORT_SIG.format(unit.placement.describe().replace(" ", ""), socket.gethostname())
     fp = unit.fingerprint()
     m = store.get(fp, sig) if store is not None else None
-    if m is None or m.status != OK:
+    got = _transport_of(m) if m is not None and m.status == OK else None
+    if got is None:  # not stored, or a damaged row (a store is input like any other)
         m = _measure_transport(unit)
         if store is not None:
             store.put(fp, sig, m, description=str(unit.describe()))
-    info = json.loads(m.detail)
-    return m.median_us, float(info["in_us_per_byte"]), float(info["out_us_per_byte"])
+        got = _transport_of(m) or (m.median_us, 0.0, 0.0)
+    return got
+
+
+def _transport_of(m: Measurement) -> tuple[float, float, float] | None:
+    """(µs per call, µs per byte in, µs per byte out) of a transport row; None if damaged."""
+    try:
+        info = json.loads(m.detail)
+        return m.median_us, float(info["in_us_per_byte"]), float(info["out_us_per_byte"])
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None
 
 
 def add_transport(prof: Any, costs: tuple[float, float, float]) -> Any:
