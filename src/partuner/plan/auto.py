@@ -28,6 +28,7 @@ from partuner.plan.exact import (
 )
 from partuner.plan.floors import Floors
 from partuner.plan.local import Run, anneal, improve, list_schedule
+from partuner.plan.part_anneal import anneal_partitions
 from partuner.plan.partitions import plan_from_schedule
 from partuner.plan.pexact import PartitionExact
 from partuner.plan.problem import Problem
@@ -56,7 +57,7 @@ class Auto(Scheduler):
     1. Each heuristic (every registered scheduler but ``auto``, ``exact`` and ``pexact``) runs;
        its schedule is cut into partitions and simulated (``plan_from_schedule(...)``).
     2. Simulated annealing (:func:`~partuner.plan.local.anneal`) from the best plan so far with
-       ``anneal_share`` (25 %) of the budget.
+       ``anneal_share`` (10 %) of the budget.
     3. When OR-Tools is installed: ``exact`` (node-level CP-SAT) with ``exact_share`` (10 %)
        of the remaining budget, then ``pexact`` (partition-level CP-SAT,
        :mod:`partuner.plan.pexact`) with ``pexact_share`` (85 %) of what is left, each
@@ -65,6 +66,9 @@ class Auto(Scheduler):
        (:func:`~partuner.plan.local.improve`) that moves whole partitions, chains of nodes
        (branches) and partition-boundary nodes to other units, keeping each move that lowers
        the re-simulated latency, never past a unit's memory.
+    5. Simulated annealing on the best plan's partitions themselves
+       (:func:`~partuner.plan.part_anneal.anneal_partitions`) with the rest: ``parts_share``
+       (20 %) of the budget is kept from stages 2-4 for it.
 
     Each stage after 1. runs only while the best plan misses the best bound proven: a plan
     meeting it is optimal, and returned at once (unless ``stop_at_bound`` is false: every
@@ -86,9 +90,8 @@ class Auto(Scheduler):
     comes from exact or pexact, ``"heuristic"`` otherwise.
 
     After :meth:`schedule`, ``runs`` holds each scheduler's :class:`Run` by name (the local
-    searches' as ``"<start>+anneal"`` / ``"<start>+local"`` when they helped), ``errors`` why
-    the others gave none, and
-    ``chosen`` the winner's name.
+    searches' as ``"<start>+anneal"`` / ``"<start>+local"`` / ``"<start>+parts"`` when they
+    helped), ``errors`` why the others gave none, and ``chosen`` the winner's name.
     """
 
     name = "auto"
@@ -96,9 +99,10 @@ class Auto(Scheduler):
     def __init__(
         self,
         *,
-        anneal_share: float = 0.25,
+        anneal_share: float = 0.1,
         exact_share: float = 0.1,
         pexact_share: float = 0.85,
+        parts_share: float = 0.2,
         workers: int = 1,
         progress: Callable[[str, float, float], None] | None = None,
         stop_at_bound: bool = True,
@@ -108,6 +112,7 @@ class Auto(Scheduler):
         self.progress = progress
         self.exact_share = exact_share
         self.pexact_share = pexact_share
+        self.parts_share = parts_share
         self.workers = workers
         self.runs: dict[str, Run] = {}
         self.errors: dict[str, str] = {}
@@ -153,13 +158,14 @@ class Auto(Scheduler):
         # best plan of all and a hill climb; none once the best plan meets a proven bound
         if not solvers:
             log.info("auto: OR-Tools is not installed; skipping the exact scheduler")
+        reserve = budget * self.parts_share  # kept for the last stage
         for stage in ("annealing", "exact", "pexact", "annealing again"):
             if (self.stop_at_bound and self._proven(problem)) or (
                 stage.endswith("exact") and not solvers
             ):
                 continue
             self._say(stage, problem)
-            left = max(0.0, deadline - clock.now())
+            left = max(0.0, deadline - reserve - clock.now())
             if stage == "annealing":
                 self._anneal(problem, budget * self.anneal_share, clock, "early")
             elif stage.endswith("exact"):  # warm-started from the plans so far
@@ -173,10 +179,17 @@ class Auto(Scheduler):
             else:
                 self._anneal(problem, left * 0.8, clock, "late")
         best_name, best = min(self.runs.items(), key=lambda kv: _rank(kv[1]))
-        if not clock.expired(deadline) and not (self.stop_at_bound and self._proven(problem)):
-            got = improve(problem, best, deadline, self.name, clock)
+        if not clock.expired(deadline - reserve) and not self._done(problem):
+            got = improve(problem, best, deadline - reserve, self.name, clock)
             if got is not best:
                 best_name, best = f"{best_name}+local", got
+                self.runs[best_name] = got
+        if not clock.expired(deadline) and not self._done(problem):
+            self._say("partitions", problem)
+            left = max(0.0, deadline - clock.now())
+            got = anneal_partitions(problem, best, left, self.name, clock, seed=2)
+            if got is not best:
+                best_name, best = f"{best_name}+parts", got
                 self.runs[best_name] = got
 
         bound = self._bound(problem)
@@ -190,6 +203,10 @@ class Auto(Scheduler):
         return Schedule(
             dict(best.schedule.slots), self.name, status, bound, best.schedule.partitions
         )
+
+    def _done(self, problem: Problem) -> bool:
+        """Whether to stop: the best plan meets a proven bound and ``stop_at_bound``."""
+        return self.stop_at_bound and self._proven(problem)
 
     def _proven(self, problem: Problem) -> bool:
         """Whether the best plan so far meets the best bound proven (no fused groups)."""

@@ -39,6 +39,8 @@ __all__ = [
     "MOVE_S_PER_NODE",
     "PLACE_S",
     "ROW_S",
+    "SIM_S_PER_NODE",
+    "SIM_S_PER_PART",
     "START_S",
     "START_S_PER_NODE_UNIT2",
     "WORK_PER_S",
@@ -57,6 +59,8 @@ CALL_S = 0.014  # budget seconds each CP-SAT solve costs besides its determinist
 ROW_S = 7e-5  # and per constraint of its model (building it, CP-SAT's presolve)
 MOVE_S_PER_NODE = 4.2e-5  # budget seconds a move judged by name costs, per node of the problem
 EVAL_S_PER_NODE = 1.0e-5  # the same for a local-search move judged on indices (plan/evaluate.py)
+SIM_S_PER_NODE = 1.0e-6  # the same for partitions simulated as they are (plan/part_anneal.py),
+SIM_S_PER_PART = 1.0e-5  # and per partition of the candidate
 START_S = 0.02  # auto's block floors and list heuristics: a fixed part,
 START_S_PER_NODE_UNIT2 = 1.2e-4  # and per node x units squared
 PLACE_S = 1.4e-5  # per node the branch heuristic's region list schedules place

@@ -243,6 +243,11 @@ class Evaluator:
         rest = set(later)
         return any(not rest.isdisjoint(g.nodes) for g in self.problem.groups_of(node))
 
+    def simulate_parts(self, parts: list[tuple[int, list[int]]]) -> float:
+        """:func:`~partuner.plan.simulate.simulate`'s makespan of ``parts`` (unit index, node
+        indices), listed in a topological order that is also each unit's run order."""
+        return self._simulate(parts)
+
     def _simulate(self, parts: list[tuple[int, list[int]]]) -> float:
         """simulate's makespan; the parts' list order is topological (make_partitions')."""
         part_of = [0] * self.n_nodes
