@@ -125,6 +125,7 @@ def test_auto_stops_once_its_best_plan_meets_a_proven_bound():
     every = Auto(progress=lambda stage, best, bound: heard.append(stage), stop_at_bound=False)
     assert every.schedule(p, time_limit=5.0).assignment == s.assignment
     assert heard[0] == "annealing" and "annealing again" in heard
+    assert heard[-1] == "annealing the partitions"  # the last stage, with the budget kept for it
     # where the heuristics' plan misses the bound, the stages run as before
     heard.clear()
     Auto(progress=lambda stage, best, bound: heard.append(stage)).schedule(_fork(), time_limit=1)

@@ -185,7 +185,7 @@ class Auto(Scheduler):
                 best_name, best = f"{best_name}+local", got
                 self.runs[best_name] = got
         if not clock.expired(deadline) and not self._done(problem):
-            self._say("partitions", problem)
+            self._say("annealing the partitions", problem)
             left = max(0.0, deadline - clock.now())
             got = anneal_partitions(problem, best, left, self.name, clock, seed=2)
             if got is not best:
