@@ -175,7 +175,8 @@ def make_plan(
     plan's predicted latency as partitions (call overheads and transfers included), then a
     local search (:class:`partuner.plan.auto.Auto`). Returns the chosen plan and every plan
     computed by scheduler name (with ``"auto"``: each scheduler ``auto`` ran, its improved
-    plans as ``"<name>+anneal"``, ``"<name>+local"`` or ``"<name>+parts"``, and ``"auto"``, the chosen one);
+    plans as ``"<name>+anneal"``, ``"<name>+local"`` or ``"<name>+parts"``, and ``"auto"``,
+    the chosen one);
     ``progress(stage, best_us, bound_us)`` hears each stage of ``auto`` start with the best plan
     and the best bound so far; ``every``: each of auto's stages runs even once a plan meets a
     proven bound (for every scheduler's plan). Each plan carries its
