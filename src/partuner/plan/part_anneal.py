@@ -79,6 +79,9 @@ def anneal_partitions(
     ev = Evaluator(problem)
     idx, uidx = ev.node_index, ev.unit_index
     parts: Parts = [(uidx[p.unit], sorted(idx[n] for n in p.nodes)) for p in start.plan.partitions]
+    part_of = {n: i for i, (_, ns) in enumerate(parts) for n in ns}
+    if any(part_of[i] > part_of[s] for i in range(ev.n_nodes) for s in ev.succs[i]):
+        return start  # not expected: the plan's partitions are listed in a topological order
     current = ev.simulate_parts(parts)
     if abs(current - start.plan.predicted_us) > 1e-6 * max(1.0, current):
         return start  # not expected: the plan's own simulation disagrees
