@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 
 from partuner.plan import get_scheduler, plan_from_schedule
 from partuner.plan.clock import SIM_S_PER_NODE, SIM_S_PER_PART, WorkClock
 from partuner.plan.evaluate import Evaluator
-from partuner.plan.local import Run, anneal, list_schedule
+from partuner.plan.local import anneal
 from partuner.plan.part_anneal import anneal_partitions
 from partuner.plan.problem import Edge, Link, Problem
 from partuner.plan.simulate import simulate
 from test_plan_cases import problems
+from test_plan_local import SLOW, _run
 
 INF = math.inf
-
-
-def _run(problem: Problem, assignment: dict[str, str]) -> Run:
-    s = list_schedule(problem, assignment, problem.nodes, "start")
-    return Run(s, plan_from_schedule(problem, s), 0.0)
 
 
 def _side_trip() -> Problem:
@@ -74,15 +70,11 @@ def test_partition_annealing_is_reproducible_and_charged_as_work():
     assert anneal_partitions(p, start, _step(p, 4), "parts") is start
 
 
-SLOW = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
 @SLOW
 @given(problems(max_nodes=8, max_units=3))
 def test_partition_annealing_never_returns_worse_and_its_plan_runs(problem):
     problem.validate()
-    start_s = get_scheduler("heft").schedule(problem)
-    start = Run(start_s, plan_from_schedule(problem, start_s), 0.0)
+    start = _run(problem, get_scheduler("heft").schedule(problem).assignment)
     got = anneal_partitions(problem, start, 200 * _step(problem, len(problem.nodes)), "parts")
     assert got.plan.predicted_us <= start.plan.predicted_us
     got.schedule.validate(problem)
