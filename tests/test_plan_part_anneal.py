@@ -52,6 +52,7 @@ def test_partitions_the_schedule_rules_cannot_cut_are_found():
     assert math.isclose(got.plan.predicted_us, 247.0)
     assert sum(pt.unit == "u0" for pt in got.plan.partitions) == 2
     got.schedule.validate(p)
+    assert got.schedule.status == got.plan.status == "heuristic"  # no solver's: not "feasible"
     # the plan the schedule carries is the one predicted (its partitions, not cut anew)
     again = plan_from_schedule(p, got.schedule)
     assert [pt.nodes for pt in again.partitions] == [pt.nodes for pt in got.plan.partitions]

@@ -112,6 +112,7 @@ def anneal_partitions(
     named = [(problem.units[u], [problem.nodes[n] for n in ns]) for u, ns in best_parts]
     try:
         sched, _ = schedule_of_parts(problem, named, name)
+        sched.status = "heuristic"  # a local search's plan, as the other local searches'
         plan = plan_from_schedule(problem, sched)
     except PartunerError:  # not expected: every move keeps the partitions runnable
         return start
