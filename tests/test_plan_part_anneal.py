@@ -67,8 +67,10 @@ def test_partition_annealing_is_reproducible_and_charged_as_work():
     b = anneal_partitions(p, start, budget, "parts")
     assert [pt.nodes for pt in a.plan.partitions] == [pt.nodes for pt in b.plan.partitions]
     assert 0 < clock.now() <= budget + _step(p, 6)  # charged, at most one step past
-    # too small a budget for two steps: the start, untouched
-    assert anneal_partitions(p, start, _step(p, 4), "parts") is start
+    # too small a budget for two steps: the start, untouched, nothing charged
+    clock = WorkClock(60.0)
+    assert anneal_partitions(p, start, 1.9 * _step(p, 4), "parts", clock) is start
+    assert clock.now() == 0.0
 
 
 @SLOW

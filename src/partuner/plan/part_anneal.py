@@ -74,7 +74,8 @@ def anneal_partitions(
     """
     clock = WorkClock.of(clock, budget_s)
     step_s = SIM_S_PER_NODE * max(1, len(problem.nodes))
-    if budget_s < 2 * step_s or len(problem.units) < 2 or not problem.nodes:
+    steps = int(budget_s / (step_s + SIM_S_PER_PART * len(start.plan.partitions)))  # about
+    if steps < 2 or len(problem.units) < 2 or not problem.nodes:
         return start
     ev = Evaluator(problem)
     idx, uidx = ev.node_index, ev.unit_index
@@ -88,7 +89,6 @@ def anneal_partitions(
     moves = _Moves(problem, ev, random.Random(seed))
     best, best_parts = current, parts
     hot, cold = 3e-3 * max(current, 1e-9), 1e-4 * max(current, 1e-9)
-    steps = int(budget_s / (step_s + SIM_S_PER_PART * len(parts)))  # about
     began = clock.now()
     deadline = began + budget_s
     stall, patience, last_gain = max(200, steps // 4), steps // 2, 0
