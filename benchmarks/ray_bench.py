@@ -319,12 +319,21 @@ def report(res: dict[str, Any]) -> None:
         f"{statistics.median(p['parallel_s']):.1f} s ({p['ratio']:.2f}x; "
         f"{p['over_slowest']:.2f}x the slower alone) |"
     )
-    for r in p.get("repairs", []):
+    rounds = ", ".join(
+        f"{a / b:.2f}" for a, b in zip(p["parallel_s"], p["sequential_s"], strict=True)
+    )
+    print(f"| the same, each round's ratio (at once / one after the other) | - | {rounds} |")
+    reps = p.get("repairs", [])
+    if reps:  # one row for the rounds at once: per round, comma-separated
+
+        def each(key: str, fmt: str = "{}") -> str:
+            return ", ".join(fmt.format(r[key]) for r in reps)
+
         print(
-            f"| the same, rows timed while other work took the unit's core (> 25 %) | - | "
-            f"{r['busy_rows']} (up to {r['max_load']:.0%}); the next profile timed "
-            f"{r['timed_again']} rows again, one node at a time, in {r['repair_s']:.1f} s "
-            f"({r['busy_after']} busy after) |"
+            f"| the same, per round at once: rows timed while other work took the unit's core "
+            f"(> 25 %) | - | {each('busy_rows')} (loads up to {each('max_load', '{:.0%}')}); "
+            f"timed again by the next profile, one node at a time: {each('timed_again')} rows "
+            f"in {each('repair_s', '{:.1f}')} s ({each('busy_after')} busy after) |"
         )
     res = {**res, "batch": [b for b in res["batch"] if "skipped" not in b]}
     for b in res["batch"]:
