@@ -402,9 +402,12 @@ def test_python_dash_m_runs_the_command(tmp_path):
     ("plan_ms", "ort_ms", "says"),
     [  # (median, p10, p90) of the kept plan and of plain onnxruntime
         ((10.0, 9.0, 11.0), (10.05, 9.0, 11.0), "as fast (within 1 %) as"),
-        ((20.4, 19.0, 24.0), (23.7, 20.0, 26.0), "about as fast as"),  # overlapping: noise
+        ((20.4, 19.0, 24.0), (22.0, 20.0, 26.0), "about as fast as"),  # overlapping: noise
+        ((20.4, 19.0, 24.0), (23.7, 20.0, 26.0), "not clearly faster or slower than"),  # 16 %
         ((20.4, 19.0, 21.0), (23.7, 22.0, 26.0), "1.16x faster than"),
         ((12.0, 11.5, 12.5), (10.0, 9.5, 10.5), "1.20x slower than"),
+        # a new-user trial on a busy machine: 42 against 27.5 ms was called "about as fast"
+        ((42.003, 38.0, 47.0), (27.485, 25.0, 77.0), "not clearly faster or slower than"),
     ],
 )
 def test_tune_verdict_calls_no_difference_within_the_runs_spread(plan_ms, ort_ms, says):
@@ -421,7 +424,7 @@ def test_tune_verdict_calls_no_difference_within_the_runs_spread(plan_ms, ort_ms
     )
     verdict = _verdict(r, 30)
     assert says in verdict, verdict
-    if says == "about as fast as":  # no ratio claimed, both medians shown
+    if says in ("about as fast as", "not clearly faster or slower than"):  # no ratio claimed
         assert "x faster" not in verdict and "x slower" not in verdict
         assert f"{plan_ms[0]:.3f} against {ort_ms[0]:.3f} ms" in verdict
 

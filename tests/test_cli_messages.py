@@ -383,3 +383,55 @@ def test_an_output_path_through_a_file_is_refused_before_any_work(tmp_path, mode
     assert "Error" not in line and "Traceback" not in line
     assert blocker.read_text() == "not a folder"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+@pytest.mark.parametrize(
+    "spec", ["{backend: onnxruntime, threads: -1}", "{backend: onnxrt, threads: 1}"]
+)
+def test_a_wrong_units_file_leaves_no_profile_store(tmp_path, model_file, spec):
+    """Found by a new-user trial: `profile` with a wrong units file said so (exit 2) but left an
+    empty store behind (plan, tune and batch wrote nothing)."""
+    units = tmp_path / "u.yaml"
+    units.write_text(f"units:\n  cpu: {spec}\n")
+    r = _invoke("profile", model_file, "--units", units, "--db", tmp_path / "new.db")
+    assert r.exit_code == 2, r.output
+    assert not (tmp_path / "new.db").exists()
+
+
+def test_export_refuses_a_partition_on_a_unit_its_plan_does_not_define(tmp_path, model_file):
+    """Found by a new-user trial: a plan edited to put a partition on `npu9` (not in its own
+    units section) was exported, exit 0, where run and report refused it; with --units the
+    error named --fallback, an option export does not have."""
+    from partuner.export.planfile import PartitionSpec, PlanFile, write_plan
+    from partuner.graph import load_model
+
+    names = tuple(n.name for n in load_model(str(model_file)).compute_nodes)
+    cpu = {"backend": "onnxruntime", "threads": 1}
+    parts = [PartitionSpec("p0", "cpu", names[:2]), PartitionSpec("p1", "npu9", names[2:])]
+    write_plan(PlanFile(parts, units={"cpu": cpu}), tmp_path / "plan.yaml")
+    out = tmp_path / "out"
+    r = _invoke("export", model_file, "--plan", tmp_path / "plan.yaml", "-o", out)
+    _one_line(r, "'npu9'", "does not define")
+    assert not out.exists()
+    units = tmp_path / "u.yaml"
+    units.write_text("units:\n  cpu: {backend: onnxruntime, threads: 1}\n")
+    r = _invoke("export", model_file, "--plan", tmp_path / "plan.yaml", "--units", units, "-o", out)
+    line = _one_line(r, "'npu9'")
+    assert "--fallback" not in line
+    assert not out.exists()
+
+
+def test_compare_calls_a_plan_optimal_only_when_it_meets_the_bound():
+    """Found by a new-user trial: `plan --compare` listed exact 'optimal' at 8.797 ms beside a
+    pexact plan at 8.275 ms and a bound of 8.272 ms (exact proves its node-level model, whose
+    plan, simulated as partitions, is slower)."""
+    from types import SimpleNamespace
+
+    from partuner.cli.cmd_plan import MODEL_OPTIMAL, _own_status
+
+    bound = 8272.0
+    assert _own_status(SimpleNamespace(status="optimal", predicted_us=8797.0), bound) == (
+        MODEL_OPTIMAL
+    )
+    assert _own_status(SimpleNamespace(status="optimal", predicted_us=8272.0), bound) == "optimal"
+    assert _own_status(SimpleNamespace(status="feasible", predicted_us=8275.0), bound) == "feasible"

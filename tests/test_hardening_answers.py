@@ -141,7 +141,13 @@ def test_tune_verdict_plan_row_and_one_lower_bound(files):
     assert "plain onnxruntime on" in verdict and "threads" in verdict
     assert "median of 2" in verdict and any(
         w in verdict
-        for w in ("faster than", "slower than", "as fast (within 1 %) as", "about as fast as")
+        for w in (
+            "faster than",
+            "slower than",
+            "as fast (within 1 %) as",
+            "about as fast as",
+            "not clearly faster or slower than",
+        )
     )
     if parts == 1:
         assert verdict.startswith("no plan beat the whole model on cpu")

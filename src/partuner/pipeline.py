@@ -327,17 +327,20 @@ def plan_from_file(
     problem: Problem | None = None,
     *,
     fallback: str | None = None,
+    runs: bool = True,
 ) -> PlanFile:
     """Check an imported plan against the model and units; re-predict it if a problem is given.
 
     With ``fallback`` (a unit of ``units``), partitions on units the units file does not define
-    are allowed: the runtime runs them on the fallback unit."""
+    are allowed: the runtime runs them on the fallback unit. ``runs``: the command runs the
+    plan (its error then names ``--fallback``, which only such commands have)."""
     unknown = sorted({p.unit for p in pf.partitions} - set(units.units))
     if unknown and fallback is None:
         raise PlanFileError(
             f"plan {pf.source} uses unit(s) {unknown} not defined in {_units_named(units)} "
             f"(known: {list(units.units)}); pass the units file the plan was made with "
-            "(--units), or --fallback UNIT to run their partitions on another unit"
+            "(--units)"
+            + (", or --fallback UNIT to run their partitions on another unit" if runs else "")
         )
     check_plan_model(pf, graph)
     for part in pf.partitions:

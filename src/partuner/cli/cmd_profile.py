@@ -140,9 +140,11 @@ def profile_cmd(
         manifest = write_kit(g, us, kit, fuse=patterns, fuse_auto=fuse_auto, budget_s=budget)
         _report_kit(manifest, as_json, model, units_file)
         return
+    # a wrong units file fails here, before the store is opened (and, if new, created)
+    us = load_units_cli(units_file) if not import_path or units_file else None
     with ProfileStore(db) as store:
         if import_nestc:
-            _import_nestc(store, g, load_units_cli(units_file), import_nestc, unit_name, as_json)
+            _import_nestc(store, g, us, import_nestc, unit_name, as_json)
             return
         from partuner.profile.remote import resolve_remote
 
@@ -152,8 +154,6 @@ def profile_cmd(
             us, imported, extra["link_sizes"] = _import_kit(
                 store, g, import_path, units_file, quiet or as_json
             )
-        else:
-            us = load_units_cli(units_file)
         remote = {**resolve_remote(store, us, g), **imported}
         prof = _run_profile(
             g,

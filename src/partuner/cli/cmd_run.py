@@ -538,7 +538,7 @@ def _print_calibration(cal: dict[str, Any]) -> None:
     for units, c in cal["units"].items():
         console.print(
             f"calibration: {units}: measured/predicted x{c['factor']:.3f} "
-            f"(median over {c['partitions']} partitions)"
+            f"(sum measured over sum predicted, {c['partitions']} partitions)"
         )
     console.print(f"stored as {cal['signature']} in {cal['db']}")
 

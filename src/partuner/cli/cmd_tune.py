@@ -303,6 +303,10 @@ def _plan_label(plan: Any) -> str:
     return f"{plan.scheduler}: {n} partition{'' if n == 1 else 's'} on {used or '-'}"
 
 
+#: medians this far apart (relatively) are not called "about as fast", ranges overlapping or not
+NOISY_GAP = 0.1
+
+
 def _verdict(r: Any, repeat: int) -> str:
     """One line: how the kept plan compares with plain onnxruntime on all cores; a difference
     within the runs' spread (their 10-90 % ranges overlap) is not called one."""
@@ -322,9 +326,16 @@ def _verdict(r: Any, repeat: int) -> str:
     if abs(ratio - 1) < 0.01:
         how = "as fast (within 1 %) as"
     elif m.p10_ms <= o.p90_ms and o.p10_ms <= m.p90_ms:  # timed one after the other: noise
-        return (
-            f"{kept}about as fast as {ort} (measured, median of {repeat}: {m.median_ms:.3f} "
-            f"against {ort_ms:.3f} ms, their 10-90 % ranges overlap)"
+        if abs(ratio - 1) < NOISY_GAP:
+            return (
+                f"{kept}about as fast as {ort} (measured, median of {repeat}: {m.median_ms:.3f} "
+                f"against {ort_ms:.3f} ms, their 10-90 % ranges overlap)"
+            )
+        return (  # medians far apart, runs spread wider: the machine was busy, or drifting
+            f"{kept}not clearly faster or slower than {ort} (measured, median of {repeat}: "
+            f"{m.median_ms:.3f} against {ort_ms:.3f} ms, but the runs spread over "
+            f"{m.p10_ms:.3f}-{m.p90_ms:.3f} and {o.p10_ms:.3f}-{o.p90_ms:.3f} ms (10-90 %): "
+            "measure again on a quiet machine (partuner run)"
         )
     else:
         how = f"{ratio:.2f}x faster than" if ratio > 1 else f"{1 / ratio:.2f}x slower than"

@@ -197,7 +197,15 @@ def print_run(r: dict[str, Any]) -> None:
         lat = r["latency_ms"]
         console.print(
             f"streamed {r['frames']} frames: {r['throughput_fps']:.1f} frames/s measured "
-            f"(predicted {_fps(r['predicted_fps'])}), latency p50 {lat['p50']:.3f} ms, p99 "
+            + (
+                f"(predicted {_fps(r['predicted_fps'])})"
+                if r["predicted_fps"] is not None
+                else "(no prediction for these frames in flight)"
+                if r.get("note")
+                else "(no prediction: a latency plan's file has none; plan --objective "
+                "throughput predicts frames/s)"
+            )
+            + f", latency p50 {lat['p50']:.3f} ms, p99 "
             f"{lat['p99']:.3f} ms, {sum(r['in_flight'])} in flight"
         )
         busy = ", ".join(f"{u} {100 * v:.0f} %" for u, v in sorted(r["utilisation"].items()))
