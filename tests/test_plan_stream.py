@@ -18,6 +18,7 @@ from partuner.plan.stream_plan import (
     StreamPlan,
     data_parallel_units,
     fewer_in_flight,
+    greedy_pipelines,
     merge_for_stream,
     plan_throughput,
     stream_plan_of,
@@ -312,3 +313,33 @@ def test_many_partitions_merge_their_neighbours_as_the_full_search_would(monkeyp
 def test_a_problem_without_nodes_has_nothing_to_stream() -> None:
     with pytest.raises(InfeasiblePlanError, match="no frame to stream"):
         plan_throughput(Problem([], ["u"], {}), time_limit=1.0)
+
+
+@given(problems(max_nodes=7, max_units=3))
+@PROPERTY
+def test_greedy_pipelines_place_every_node_where_it_can_run(p: Problem) -> None:
+    """Every greedy pipeline is a plan: each node on a unit able to run it, and it streams."""
+    for assignment in greedy_pipelines(p):
+        assert set(assignment) == set(p.nodes)
+        assert all(math.isfinite(p.cost[n][u]) for n, u in assignment.items())
+        parts = merge_for_stream(p, _parts(p, assignment))
+        assert simulate_stream(p, parts, in_flight=2).period_us > 0
+    assert greedy_pipelines(p) == greedy_pipelines(p)  # the same problem, the same pipelines
+
+
+def test_greedy_pipeline_cuts_a_chain_into_balanced_stages_on_every_unit() -> None:
+    """Twelve equal convolutions, four npus and a cpu as fast, the cpu alone running the last
+    node: stages of three convolutions at most (the least a stage can have), where the
+    latency plan (all on one npu) streams at a quarter of that."""
+    units = ["npu0", "npu1", "npu2", "npu3"]
+    convs = [dict.fromkeys([*units, "cpu"], 100.0)] * 12
+    p = _chain([*convs, {"cpu": 5.0}], nbytes=1000, call_overhead_us=dict.fromkeys(units, 5.0))
+    got = greedy_pipelines(p)
+    assert got
+    loads = stream_loads(p, merge_for_stream(p, _parts(p, got[0])))
+    assert max(loads.values()) <= 3 * 100.0 + 5.0  # three convolutions a stage at most
+    on_one = {n: "npu0" if i < 12 else "cpu" for i, n in enumerate(p.nodes)}
+    latency = plan_from_assignment(p, on_one)
+    r = plan_throughput(p, time_limit=1.0, plans={"auto": latency})
+    assert "pipeline (greedy)" in r.candidates
+    assert r.best.fps >= 3.0 * r.baselines["latency plan"].fps

@@ -11,6 +11,8 @@ latency, and returns the one with the most frames per second. The candidates:
 * the **best single unit**: the whole model as one partition on each unit that runs it;
 * **data-parallel copies**: the whole model on each of a set of units that share no hardware,
   each frame on one of them (the copies with the most frames per second together);
+* **greedy pipelines** (:func:`greedy_pipelines`): a topological order cut into stages that
+  fill each unit in turn up to a period, the least period found by bisection, no solver;
 * **pipelines** from CP-SAT (:func:`~partuner.plan.stream_model.solve_pipeline`: the busiest
   resource's work per frame, partitions as runs of a topological order), then a local search
   that moves nodes and partitions off the busiest resource.
@@ -44,6 +46,7 @@ __all__ = [
     "StreamPlan",
     "ThroughputResult",
     "data_parallel_units",
+    "greedy_pipelines",
     "merge_for_stream",
     "plan_throughput",
     "stream_plan_of",
@@ -401,6 +404,9 @@ def plan_throughput(
         if key in found:
             baselines["data-parallel"] = found[key]
     bound = fractional_bound(problem)
+    if not clock.expired(deadline):
+        say("throughput pipelines")
+        _consider_greedy(problem, clock, consider, found)
     from partuner.plan.exact import solver_available
 
     if solver_available() and not clock.expired(deadline):
@@ -414,7 +420,9 @@ def plan_throughput(
         if len(copies_on) < 2:  # no copies possible: the relaxation bounds every stream
             bound = max(bound, sol.bound_us)
         say("throughput plan")
-        start = _best_single_pipeline(found)
+        # hinted with the best plan but the greedy pipelines (in the pool already): CP-SAT
+        # then searches from elsewhere
+        start = _best_single_pipeline({k: v for k, v in found.items() if k != "pipeline (greedy)"})
         sol = solve_pipeline(
             problem,
             time_limit=max(0.0, deadline - clock.now()) * _PLAN_SHARE,
@@ -426,11 +434,9 @@ def plan_throughput(
         if sol.assignment is not None and overflow(problem, sol.assignment) is None:
             parts = merge_for_stream(problem, _interval_parts(problem, sol.assignment))
             consider("pipeline (cp-sat)", _as_plan(problem, parts, "pipeline", "feasible"))
-    # the local search from the best pipeline, the latency plan and the CP-SAT plan in turn
-    # (each with an equal share of what is left): the best so far is often a many-partition
-    # pipeline, and a few moves off the latency plan keep its few partitions
-    starts = [_best_single_pipeline(found)]
-    starts += [found.get(k) for k in ("latency plan (auto)", "pipeline (cp-sat)")]
+    # the local search from the best pipeline and the latency plan in turn (each with an
+    # equal share of what is left): a few moves off the latency plan keep its few partitions
+    starts = [_best_single_pipeline(found), found.get("latency plan (auto)")]
     starts = list({id(s): s for s in starts if s is not None and not s.copies}.values())
     if starts and not clock.expired(deadline):
         say("throughput local search")
@@ -441,7 +447,10 @@ def plan_throughput(
         moved = _balance(problem, start.plan.node_unit, clock, share)
         if moved is not None:
             parts = merge_for_stream(problem, _interval_parts(problem, moved))
-            consider(f"{start.name} + local", _as_plan(problem, parts, "pipeline", "heuristic"))
+            key = f"{start.name} + local"
+            consider(key, _as_plan(problem, parts, "pipeline", "heuristic"))
+            if key in found and found[key].fps <= start.fps * (1 + 1e-9):
+                del found[key]  # its load per frame fell, its stream did not speed up
     if not found:
         raise InfeasiblePlanError(
             f"no plan streams {problem.name!r} with each frame within "
@@ -495,6 +504,152 @@ def _simplest(found: Mapping[str, StreamPlan], within: float) -> StreamPlan:
             100 * within,
         )
     return pick
+
+
+#: periods tried above the least one each unit order fills (its boundary costs are left out)
+_GREEDY_SLACK = (1.0, 1.05, 1.1)
+#: greedy pipelines streamed (the least busiest-resource load first, distinct up to units alike)
+_GREEDY_KEEP = 3
+#: budget seconds per partition of a greedy pipeline streamed, and per node and unit of one
+#: greedy fill (exploratory timings, AMD EPYC, 2026-11-29, on the zoo's models with 2-5 units:
+#: 8-21 ms per partition to tune a pipeline's frames in flight, 0.65 us per node and unit)
+_STREAM_S_PER_PART = 0.03
+_FILL_S_PER_NODE_UNIT = 2e-6
+
+
+def greedy_pipelines(problem: Problem, clock: WorkClock | None = None) -> list[dict[str, str]]:
+    """Pipelines cut greedily along the problem's topological order, without a solver: for a
+    period ``P``, each node stays on the unit of the stage being filled while that unit's
+    hardware has work below ``P`` per frame (its call overhead counted at each new run), else
+    the stage passes to the next unit in turn with room; a node the stage's unit cannot run
+    goes to the unit with the most room that can, and the stage goes on after it. The least
+    ``P`` that places every node (bisection) is found for three unit orders (as listed, fastest
+    first, slowest first), and the assignments at it and at 5 % and 10 % more are returned
+    (boundary bytes, left out here, count when the caller times them), distinct, memory
+    permitting. Each fill charges :data:`_FILL_S_PER_NODE_UNIT` per node and unit on
+    ``clock``.
+
+    >>> from partuner.plan.problem import Edge, Problem
+    >>> chain = Problem(list("abcd"), ["u", "v"], {n: {"u": 10.0, "v": 10.0} for n in "abcd"},
+    ...                 [Edge(s, t, 0) for s, t in ("ab", "bc", "cd")])
+    >>> [sorted(a.items()) for a in greedy_pipelines(chain)][0]  # two stages of 20 us
+    [('a', 'u'), ('b', 'u'), ('c', 'v'), ('d', 'v')]
+    """
+    units, nodes = problem.units, problem.nodes
+    if len(units) < 2 or not nodes:
+        return []
+    step = _FILL_S_PER_NODE_UNIT * len(nodes) * len(units)
+    total = {
+        u: math.fsum(problem.cost[n][u] for n in nodes if math.isfinite(problem.cost[n][u]))
+        for u in units
+    }
+    able = {u: sum(math.isfinite(problem.cost[n][u]) for n in nodes) for u in units}
+    fast = sorted(units, key=lambda u: (-able[u], total[u] / max(able[u], 1), units.index(u)))
+    orders = list(dict.fromkeys(tuple(o) for o in (units, fast, fast[::-1])))
+    hi = min((partition_cost(problem, u, nodes) for u in units), default=math.inf)
+    least = math.fsum(min(problem.cost[n].values()) for n in nodes)
+    hardware = len({r for u in units for r in problem.resources_of(u)})
+    lo = max(least / max(hardware, 1), max(min(problem.cost[n].values()) for n in nodes))
+    if not math.isfinite(hi):
+        hi = math.fsum(max(c for c in problem.cost[n].values() if math.isfinite(c)) for n in nodes)
+    out: list[dict[str, str]] = []
+    for order in orders:
+        if clock is not None:
+            clock.spend(step * 24)  # the bisection's fills, and the slack's
+        a, b = lo, hi
+        best = _fill(problem, list(order), b)
+        if best is None:
+            continue
+        for _ in range(20):  # the least period the greedy fill meets, to 1e-6 of hi
+            mid = (a + b) / 2
+            got = _fill(problem, list(order), mid)
+            if got is None:
+                a = mid
+            else:
+                b, best = mid, got
+            if b - a <= 1e-6 * hi:
+                break
+        for slack in _GREEDY_SLACK:
+            got = best if slack == 1.0 else _fill(problem, list(order), b * slack)
+            if got is not None and got not in out and overflow(problem, got) is None:
+                out.append(got)
+    return out
+
+
+def _consider_greedy(
+    problem: Problem,
+    clock: WorkClock,
+    consider: Callable[..., None],
+    found: dict[str, StreamPlan],
+) -> None:
+    """Stream the :data:`_GREEDY_KEEP` greedy pipelines with the least busiest-resource work
+    per frame, keeping the fastest as ``pipeline (greedy)``; each charges
+    :data:`_STREAM_S_PER_PART` per partition (its frames in flight are tuned by simulating
+    its stream several times)."""
+    key = "pipeline (greedy)"
+    seen: set[tuple] = set()
+    ranked = sorted(greedy_pipelines(problem, clock), key=lambda a: _score(problem, a))
+    for assignment in ranked:
+        parts = merge_for_stream(problem, _interval_parts(problem, assignment))
+        alike = tuple((p.nodes, _unit_kind(problem, p.unit)) for p in parts)
+        if alike in seen:  # the same pipeline on interchangeable units
+            continue
+        seen.add(alike)
+        if len(seen) > _GREEDY_KEEP:
+            break
+        clock.spend(_STREAM_S_PER_PART * len(parts))
+        kept = found.get(key)
+        consider(key, _as_plan(problem, parts, "pipeline", "heuristic"))
+        now = found.get(key)
+        if kept is not None and (now is None or now.fps <= kept.fps):
+            found[key] = kept
+
+
+def _unit_kind(problem: Problem, unit: str) -> tuple:
+    """What a unit costs, whatever its name: units of one kind run a plan alike."""
+    return (
+        tuple(problem.cost[n][unit] for n in problem.nodes),
+        problem.call_overhead_us.get(unit, 0.0),
+        problem.boundary_us_per_byte.get(unit, 0.0),
+        problem.boundary_out_us_per_byte.get(unit, 0.0),
+        len(problem.resources_of(unit)),
+    )
+
+
+def _fill(problem: Problem, order: list[str], period: float) -> dict[str, str] | None:
+    """:func:`greedy_pipelines`' fill for one period; None when some node finds no room."""
+    load: dict[str, float] = {}
+    assign: dict[str, str] = {}
+    prev: str | None = None  # the unit of the node before, in the topological order
+    stage = 0
+
+    def cost_of(u: str, n: str) -> float:  # a new run pays the unit's call overhead
+        over = problem.call_overhead_us.get(u, 0.0) if u != prev else 0.0
+        return problem.cost[n][u] + over
+
+    def room(u: str, n: str) -> float:
+        used = max((load.get(r, 0.0) for r in problem.resources_of(u)), default=0.0)
+        return period - used - cost_of(u, n)
+
+    for n in problem.nodes:
+        u = order[stage]
+        if not math.isfinite(problem.cost[n][u]):  # the stage's unit cannot: the most room
+            pick = max(order, key=lambda w: (room(w, n), -order.index(w)))
+            if room(pick, n) < 0:
+                return None
+        elif room(u, n) >= 0:
+            pick = u
+        else:  # the stage is full: the next unit in turn with room
+            ahead = [order[(stage + k) % len(order)] for k in range(1, len(order))]
+            found = next((w for w in ahead if room(w, n) >= 0), None)
+            if found is None:
+                return None
+            pick, stage = found, order.index(found)
+        extra = cost_of(pick, n)
+        for r in problem.resources_of(pick):
+            load[r] = load.get(r, 0.0) + extra
+        assign[n] = prev = pick
+    return assign
 
 
 def _best_single_pipeline(found: Mapping[str, StreamPlan]) -> StreamPlan | None:
