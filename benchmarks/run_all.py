@@ -177,6 +177,16 @@ SUITE = [
         "predictions, never measured. The goal lines under the table are issue 18's.",
     ),
     (
+        "stream_plan",
+        "stream_plan_bench.py",
+        [],
+        "Throughput planning (issue 18) with and without the greedy pipelines among its "
+        "candidates: each zoo model on the stand-in and on the modeled units file with 1, 2 and 4 "
+        "NPUs, profiled and dumped once, then `auto`'s latency plan with 40 % of the default 10 s "
+        "and `plan_throughput` with the rest, each way. Planning only: predicted frames per "
+        "second (the stream benchmark measures plans on the stand-in).",
+    ),
+    (
         "noise",
         "noise_bench.py",
         [],

@@ -326,6 +326,7 @@ def plan_throughput(
     clock: WorkClock | None = None,
     progress: Callable[[str, float, float], None] | None = None,
     simpler_within: float = 0.0,
+    greedy: bool = True,
 ) -> ThroughputResult:
     """The stream plan with the most predicted frames per second (module docstring), each
     frame's p99 latency within ``max_latency_us`` when given; ``plans``: latency plans to
@@ -336,6 +337,7 @@ def plan_throughput(
     per second, the simplest is returned (:func:`_simplest`: the fewest partitions, then the
     fewest frames in flight, then the least p99 latency); 0 returns the fastest. The pipeline
     passes ``MEASURED_PLAN_MARGIN`` on measured units, as ``auto`` does for latency plans.
+    ``greedy``: include the greedy pipelines (benchmarks/stream_plan_bench.py compares).
 
     Raises
     ------
@@ -404,7 +406,7 @@ def plan_throughput(
         if key in found:
             baselines["data-parallel"] = found[key]
     bound = fractional_bound(problem)
-    if not clock.expired(deadline):
+    if greedy and not clock.expired(deadline):
         say("throughput pipelines")
         _consider_greedy(problem, clock, consider, found)
     from partuner.plan.exact import solver_available
