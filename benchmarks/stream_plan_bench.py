@@ -142,7 +142,7 @@ def report(data: dict) -> None:
     n = len(data["rows"])
     print()
     print(
-        f"> With the greedy pipelines the predicted frames per second are higher on {higher} of "
+        f"With the greedy pipelines the predicted frames per second are higher on {higher} of "
         f"{n} problems, lower on {lower} (more than 0.5 % either way), at the default "
         f"{data['budget_s']:.0f} s budget; figures are predictions (on the stand-in from its "
         "measured costs, elsewhere for modeled NPUs)."
