@@ -294,7 +294,7 @@ def test_many_partitions_merge_their_neighbours_as_the_full_search_would(monkeyp
     chain that is all a merge can do, so both give the same partitions."""
     import random
 
-    from partuner.plan import stream_plan
+    from partuner.plan import stream_search
 
     rng = random.Random(3)
     for _ in range(5):
@@ -302,7 +302,7 @@ def test_many_partitions_merge_their_neighbours_as_the_full_search_would(monkeyp
         p = _chain([{"u": 1.0, "v": 1.0}] * len(units))
         parts = [Partition(f"p{i}", u, (f"n{i}",)) for i, u in enumerate(units)]
         full = merge_for_stream(p, parts)
-        monkeypatch.setattr(stream_plan, "MERGE_SEARCH_MAX", 4)
+        monkeypatch.setattr(stream_search, "MERGE_SEARCH_MAX", 4)
         quick = merge_for_stream(p, parts)
         monkeypatch.undo()
         assert [(q.unit, q.nodes) for q in quick] == [(q.unit, q.nodes) for q in full]
