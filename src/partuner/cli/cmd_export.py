@@ -20,7 +20,6 @@ from partuner.cli.common import (
     units_option,
 )
 from partuner.cli.stages import load_units_cli
-from partuner.errors import PlanFileError
 
 
 @main.command("export")
@@ -75,13 +74,6 @@ def export_cmd(
         plan_from_file(pf, g, load_units_cli(units_file), runs=False)
     else:
         check_plan_model(pf, g)
-        unknown = sorted({p.unit for p in pf.partitions} - set(pf.units))
-        if pf.units and unknown:  # its own units section names every unit its partitions use
-            raise PlanFileError(
-                f"plan {pf.source} puts partitions on unit(s) {unknown} that its own units "
-                f"section does not define (it defines {sorted(pf.units)}); fix the plan, or "
-                "pass --units with the units file it was made with"
-            )
     options = LegalizeOptions(opset, fold_constants, legal_names, external_data_threshold)
     if not options.any:
         parts = export_plan(g, pf, output)
