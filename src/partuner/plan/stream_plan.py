@@ -42,7 +42,6 @@ from partuner.plan.stream import StreamTiming, simulate_stream, stream_loads, tu
 from partuner.plan.stream_model import fractional_bound, solve_pipeline
 from partuner.plan.stream_search import (
     balance,
-    busiest_load,
     greedy_pipelines,
     interval_parts,
     merge_for_stream,
@@ -435,9 +434,11 @@ def _consider_greedy(
     its stream several times)."""
     key = "pipeline (greedy)"
     seen: set[tuple] = set()
-    ranked = sorted(greedy_pipelines(problem, clock), key=lambda a: busiest_load(problem, a))
-    for assignment in ranked:
-        parts = merge_for_stream(problem, interval_parts(problem, assignment))
+    merged = [
+        merge_for_stream(problem, interval_parts(problem, a))
+        for a in greedy_pipelines(problem, clock)
+    ]
+    for parts in sorted(merged, key=lambda ps: _loads_key(problem, ps)):  # merged once each
         alike = tuple((p.nodes, _unit_kind(problem, p.unit)) for p in parts)
         if alike in seen:  # the same pipeline on interchangeable units
             continue
@@ -450,6 +451,12 @@ def _consider_greedy(
         now = found.get(key)
         if kept is not None and (now is None or now.fps <= kept.fps):
             found[key] = kept
+
+
+def _loads_key(problem: Problem, parts: Sequence[Partition]) -> tuple[float, float]:
+    """(the busiest resource's work per frame, all work per frame) of merged partitions."""
+    loads = stream_loads(problem, parts)
+    return max(loads.values(), default=0.0), sum(loads.values())
 
 
 def _unit_kind(problem: Problem, unit: str) -> tuple:

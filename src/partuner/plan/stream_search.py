@@ -160,12 +160,9 @@ def merge_for_stream(problem: Problem, parts: Sequence[Partition]) -> list[Parti
         groups = runs
     while len(groups) <= MERGE_SEARCH_MAX:
         groups = _topological(problem, groups)
-        where = {n: i for i, (_, ns) in enumerate(groups) for n in ns}
         succ: list[set[int]] = [set() for _ in groups]
-        for e in problem.edges:
-            a, b = where[e.src], where[e.dst]
-            if a != b:
-                succ[a].add(b)
+        for a, b in _crossing_edges(problem, groups):
+            succ[a].add(b)
         reach = [0] * len(groups)  # bitset of the groups each reaches
         for i in range(len(groups) - 1, -1, -1):
             for s in succ[i]:
@@ -190,14 +187,18 @@ def merge_for_stream(problem: Problem, parts: Sequence[Partition]) -> list[Parti
     return [Partition(f"p{k}", u, tuple(ns)) for k, (u, ns) in enumerate(groups)]
 
 
+def _crossing_edges(problem: Problem, groups: list[tuple[str, list[str]]]) -> list[tuple[int, int]]:
+    """``(a, b)`` for every edge from group ``a`` to another group ``b``."""
+    where = {n: i for i, (_, ns) in enumerate(groups) for n in ns}
+    pairs = ((where[e.src], where[e.dst]) for e in problem.edges)
+    return [(a, b) for a, b in pairs if a != b]
+
+
 def _topological(problem: Problem, groups: list[tuple[str, list[str]]]) -> list:
     """``groups`` in a topological order of their data, the earliest first node first."""
-    where = {n: i for i, (_, ns) in enumerate(groups) for n in ns}
     after: list[set[int]] = [set() for _ in groups]
-    for e in problem.edges:
-        a, b = where[e.src], where[e.dst]
-        if a != b:
-            after[b].add(a)
+    for a, b in _crossing_edges(problem, groups):
+        after[b].add(a)
     first = [min(problem.index(n) for n in ns) for _, ns in groups]
     before = [len(a) for a in after]
     then: list[list[int]] = [[] for _ in groups]
