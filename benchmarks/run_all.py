@@ -187,6 +187,18 @@ SUITE = [
         "second (the stream benchmark measures plans on the stand-in).",
     ),
     (
+        "stream_slack",
+        "stream_slack_bench.py",
+        [],
+        "A frame of slack (issue 18): each throughput plan that `partuner plan --objective "
+        "throughput` makes on the stand-in (examples/units/cpu-npu-standin.yaml), streamed in "
+        "one process with the frames in flight it plans (the simulation's need and one more) "
+        "and with one fewer, alternately, 8 rounds of about 2 s of frames each (medians over "
+        'the rounds; "with / without": the median of the rounds\' ratios). Measured on real '
+        "units: the simulation, whose costs are the same on every frame, predicts no "
+        "difference.",
+    ),
+    (
         "noise",
         "noise_bench.py",
         [],

@@ -146,19 +146,19 @@ def test_stream_bad_inputs_fail_in_one_line(tmp_path, branchy_file, units_file, 
         bad = tmp_path / "bad.yaml"
         bad.write_text(yaml.safe_dump(doc))
         _fails_cleanly(_invoke("run", branchy_file, "--plan", bad, "--stream", 3), needle)
-    # a plan without a stream section streams with 2 frames in flight where its units run at
-    # the same time, 1 where they share cores (one unit; cpu0 and cpuall, both on core 0)
+    # a plan without a stream section streams with a frame in flight per lane and one more:
+    # 3 where its two units run at the same time, 2 where they share cores (one unit)
     r = _invoke("run", branchy_file, "--plan", plan, "--stream", 6, "--json")
     assert r.exit_code == 0, r.output
     used = set(yaml.safe_load(plan.read_text())["backendNames"].split(":"))
-    assert json.loads(r.output)["in_flight"] == [2 if len(used) > 1 else 1]
+    assert json.loads(r.output)["in_flight"] == [3 if len(used) > 1 else 2]
     doc = yaml.safe_load(plan.read_text())
     del doc["partuner"]  # NEST-C plans of two partitions (the nodes halved in plan order)
     nodes = [x.rsplit("-", 1)[0] for x in doc["nodeToPartition"].split(":")]
     half = len(nodes) // 2
     doc["nodeToPartition"] = ":".join(f"{x}-{int(i >= half)}" for i, x in enumerate(nodes))
     doc.update(numOfPartitions=2, partitionNames="p0:p1", logicalIDs="0:1", parallelPartitions="")
-    for units, flights in [("cpu0:cpu0", [1]), ("cpu0:cpuall", [1]), ("cpu0:cpu1", [2])]:
+    for units, flights in [("cpu0:cpu0", [2]), ("cpu0:cpuall", [2]), ("cpu0:cpu1", [3])]:
         doc["backendNames"] = units
         other = tmp_path / "other.yaml"
         other.write_text(yaml.safe_dump(doc))

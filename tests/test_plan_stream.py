@@ -84,6 +84,12 @@ def test_a_two_stage_pipeline_runs_at_its_slower_stage() -> None:
     # a bound below two frames' latency keeps one frame in flight
     assert tune_in_flight(p, parts, max_latency_us=5.5).in_flight == 1
     assert tune_in_flight(p, parts, max_latency_us=4.0) is None
+    # a frame of slack: the same period, each frame waiting longer; none under a bound
+    slack = tune_in_flight(p, parts, slack=1)
+    assert slack.in_flight == 3 and slack.period_us == pytest.approx(3.0)
+    assert slack.latency_us(99) > two.latency_us(99)
+    assert tune_in_flight(p, parts, max_latency_us=100.0, slack=1).in_flight == 2
+    assert tune_in_flight(p, parts, slack=1, up_to=2).in_flight == 2
     # fewer frames in flight: each smaller number, less throughput and less latency
     plan = plan_from_assignment(p, {"n0": "a", "n1": "b"})
     sp = StreamPlan("two", plan, (two,))

@@ -18,6 +18,7 @@ from partuner.errors import PartunerError, PlanFileError
 from partuner.export import PlanFile, StreamSpec, cut
 from partuner.graph import ModelGraph
 from partuner.plan import Plan, Problem
+from partuner.plan.stream import MAX_IN_FLIGHT, SLACK_IN_FLIGHT
 from partuner.plan.stream_plan import StreamPlan, ThroughputResult, plan_throughput
 from partuner.runtime import CheckResult, Session, check_outputs
 from partuner.runtime.stream import StreamStats, stream
@@ -246,9 +247,9 @@ def check_stream_spec(
     pf: PlanFile, in_flight: int | None, lanes: Sequence[int] | None = None
 ) -> list[int]:
     """Frames in flight per copy for running ``pf`` as a stream: ``in_flight`` for each copy
-    when given, else the plan's ``stream`` section, else 2 where the copy's session has two
-    lanes or more (``lanes``: ``len(Session.lanes)`` per copy) and 1 where it has one (its
-    units share cores: a second frame would only wait behind the first)."""
+    when given, else the plan's ``stream`` section, else one per lane of the copy's session
+    (``lanes``: ``len(Session.lanes)`` per copy) and :data:`SLACK_IN_FLIGHT` more, so that a
+    lane does not wait for a frame another lane or the caller is a little late with."""
     copies = 1 + (len(pf.stream.copies) if pf.stream is not None else 0)
     if in_flight is not None:
         if in_flight < 1:
@@ -256,7 +257,8 @@ def check_stream_spec(
         return [in_flight] * copies
     if pf.stream is not None:
         return list(pf.stream.in_flight)
-    return [2 if k > 1 else 1 for k in (lanes if lanes is not None else [2] * copies)]
+    ks = lanes if lanes is not None else [2] * copies
+    return [min(MAX_IN_FLIGHT, k + SLACK_IN_FLIGHT) for k in ks]
 
 
 def stream_stages(say: Callable[[str], None]) -> Callable[[str, float, float], None]:

@@ -361,8 +361,8 @@ def _with_common(fn: Any) -> Any:
     "--in-flight",
     type=click.IntRange(min=1, max=64),
     default=None,
-    help="With --stream: frames in flight per copy (default: the plan's, else 2 where "
-    "its units can run at the same time, 1 where they share cores).",
+    help="With --stream: frames in flight per copy (default: the plan's, else one per "
+    "group of its units that can run at the same time, and one more).",
 )
 @db_option
 @json_option

@@ -33,6 +33,7 @@ from partuner.plan.problem import Problem
 from partuner.plan.simulate import crossings, lanes_of, partition_cost, simulate, written
 
 __all__ = [
+    "SLACK_IN_FLIGHT",
     "StreamTiming",
     "default_frames",
     "handoff_us",
@@ -43,6 +44,10 @@ __all__ = [
 ]
 
 MAX_IN_FLIGHT = 16  # frames in flight a stream plan may take at most
+#: frames in flight a stream plan keeps beyond what its simulation needs, without a latency
+#: bound: a unit otherwise waits whenever the one before it (or, with one lane, the caller)
+#: is a little late with a frame (benchmarks/stream_slack_bench.py measures with and without)
+SLACK_IN_FLIGHT = 1
 
 
 @dataclass(frozen=True)
@@ -330,10 +335,14 @@ def tune_in_flight(
     max_latency_us: float | None = None,
     up_to: int = MAX_IN_FLIGHT,
     beside: float = 0.0,
+    slack: int = 0,
 ) -> StreamTiming | None:
     """The stream of ``partitions`` with the fewest frames in flight that comes within 1 % of
     the shortest period any number up to ``up_to`` gives, among those whose p99 latency is
-    within ``max_latency_us`` (None when none is); ``beside``: as for :func:`simulate_stream`."""
+    within ``max_latency_us`` (None when none is); ``beside``: as for :func:`simulate_stream`.
+
+    ``slack``: without a bound, that many frames more (up to ``up_to``), simulated again: the
+    simulated costs do not vary from frame to frame, measured ones do (:data:`SLACK_IN_FLIGHT`)."""
     runs = []
     lanes = len(set(lanes_of(problem, [p.unit for p in partitions]).values()))
     load = max(stream_loads(problem, partitions).values(), default=0.0)
@@ -351,4 +360,8 @@ def tune_in_flight(
     if not runs:
         return None
     best = min(r.period_us for r in runs)
-    return next(r for r in runs if r.period_us <= best * 1.01 + 1e-9)
+    pick = next(r for r in runs if r.period_us <= best * 1.01 + 1e-9)
+    k = min(up_to, pick.in_flight + max(0, slack))
+    if max_latency_us is not None or k == pick.in_flight:
+        return pick
+    return simulate_stream(problem, partitions, in_flight=k, beside=beside)

@@ -38,7 +38,13 @@ from partuner.plan.memory import overflow
 from partuner.plan.partitions import Partition, Plan
 from partuner.plan.problem import Problem
 from partuner.plan.simulate import partition_cost, simulate
-from partuner.plan.stream import StreamTiming, simulate_stream, stream_loads, tune_in_flight
+from partuner.plan.stream import (
+    SLACK_IN_FLIGHT,
+    StreamTiming,
+    simulate_stream,
+    stream_loads,
+    tune_in_flight,
+)
 from partuner.plan.stream_model import fractional_bound, solve_pipeline
 from partuner.plan.stream_search import (
     balance,
@@ -157,27 +163,26 @@ def stream_plan_of(
     *,
     copies: Sequence[Mapping[str, str]] = (),
     max_latency_us: float | None = None,
+    slack: int = 0,
 ) -> StreamPlan | None:
-    """``plan`` (and its ``copies``) as a stream, frames in flight tuned; None when no
-    number of frames in flight keeps the p99 latency within ``max_latency_us``. Copies run
-    side by side: where units slow each other (``problem.corun``), each copy is tuned again
-    with the others' busiest share beside it."""
+    """``plan`` (and its ``copies``) as a stream, frames in flight tuned (``slack``: as for
+    :func:`tune_in_flight`); None when no number of frames in flight keeps the p99 latency
+    within ``max_latency_us``. Copies run side by side: where units slow each other
+    (``problem.corun``), each copy is tuned again with the others' busiest share beside it."""
     renames = [{}, *copies]
     parts = [
         [Partition(p.name, r.get(p.unit, p.unit), p.nodes) for p in plan.partitions]
         for r in renames
     ]
-    timings = [tune_in_flight(problem, ps, max_latency_us=max_latency_us) for ps in parts]
+    bound = max_latency_us
+    timings = [tune_in_flight(problem, ps, max_latency_us=bound, slack=slack) for ps in parts]
     if any(t is None for t in timings):
         return None
     if copies and problem.corun:
         busy = [max(t.utilisation().values(), default=0.0) for t in timings]
         timings = [
             tune_in_flight(
-                problem,
-                ps,
-                max_latency_us=max_latency_us,
-                beside=max(b for j, b in enumerate(busy) if j != i),
+                problem, ps, max_latency_us=bound, beside=max(busy[:i] + busy[i + 1 :]), slack=slack
             )
             for i, ps in enumerate(parts)
         ]
@@ -234,6 +239,7 @@ def plan_throughput(
     progress: Callable[[str, float, float], None] | None = None,
     simpler_within: float = 0.0,
     greedy: bool = True,
+    slack: int = SLACK_IN_FLIGHT,
 ) -> ThroughputResult:
     """The stream plan with the most predicted frames per second (module docstring), each
     frame's p99 latency within ``max_latency_us`` when given; ``plans``: latency plans to
@@ -245,6 +251,8 @@ def plan_throughput(
     fewest frames in flight, then the least p99 latency); 0 returns the fastest. The pipeline
     passes ``MEASURED_PLAN_MARGIN`` on measured units, as ``auto`` does for latency plans.
     ``greedy``: include the greedy pipelines (benchmarks/stream_plan_bench.py compares).
+    ``slack``: frames in flight each stream keeps beyond what its simulation needs, without a
+    latency bound (:func:`~partuner.plan.stream.tune_in_flight`).
 
     Raises
     ------
@@ -269,7 +277,9 @@ def plan_throughput(
             best = min(s.period_us for s in found.values())
             if max(stream_loads(problem, plan.partitions).values()) >= best * (1 + 1e-9):
                 return
-        got = stream_plan_of(problem, plan, key, copies=copies, max_latency_us=max_latency_us)
+        got = stream_plan_of(
+            problem, plan, key, copies=copies, max_latency_us=max_latency_us, slack=slack
+        )
         if got is not None:
             found[key] = got
         elif max_latency_us is not None:  # the least latency it has: one frame at a time
