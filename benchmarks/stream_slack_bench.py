@@ -144,7 +144,7 @@ def report(res: dict[str, Any]) -> None:
     half = [r for r in rows if 2 * r["wins"] > len(r["rounds"]["slack"])]
     print()
     print(
-        f"> With a frame of slack: median ratio {statistics.median(ratios):.3f} over "
+        f"With a frame of slack: median ratio {statistics.median(ratios):.3f} over "
         f"{len(rows)} models (lowest {min(ratios):.3f}, highest {max(ratios):.3f}); faster in "
         f"most rounds on {len(half)} of {len(rows)}."
     )
@@ -152,7 +152,7 @@ def report(res: dict[str, Any]) -> None:
         within = sum(abs(_err(r[f"fps_{what}"], r["predicted_fps"])) <= GOAL_ERROR for r in rows)
         errs = [_err(r[f"fps_{what}"], r["predicted_fps"]) for r in rows]
         print(
-            f"> Measured within {GOAL_ERROR:.0%} of predicted "
+            f"Measured within {GOAL_ERROR:.0%} of predicted "
             f"({'without' if what == 'without' else 'with'} slack): {within} of "
             f"{len(rows)} (median error {statistics.median(errs):+.1%})."
         )
