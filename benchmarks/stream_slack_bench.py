@@ -76,7 +76,7 @@ def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any
         raise SystemExit(f"{out}: no stream section")
     slack = list(spec.in_flight)
     without = [max(1, k - SLACK_IN_FLIGHT) for k in slack]
-    n = int(min(300, max(40, round(args.seconds * spec.predicted_fps))))
+    n = int(min(300, max(40, round(args.seconds * (spec.predicted_fps or 0.0)))))
     frames = stream_frames(graph, n)
     sessions = stream_sessions(graph, pf, units, timeout_s=120.0)
     runs: dict[str, list[dict[str, Any]]] = {"slack": [], "without": []}
@@ -115,8 +115,8 @@ def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any
     }
 
 
-def _err(measured: float, predicted: float) -> float:
-    return measured / predicted - 1.0
+def _err(measured: float, predicted: float | None) -> float:
+    return measured / predicted - 1.0 if predicted else float("nan")
 
 
 def report(res: dict[str, Any]) -> None:
@@ -128,7 +128,7 @@ def report(res: dict[str, Any]) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        p = r["predicted_fps"]
+        p = r["predicted_fps"] or float("nan")
         print(
             f"| {r['model']} | {r['plan']} | {r['partitions']} | "
             f"{'+'.join(map(str, r['in_flight_without']))} / "

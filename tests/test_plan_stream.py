@@ -238,6 +238,10 @@ def test_throughput_plan_beats_the_latency_plan_where_a_unit_idles() -> None:
     assert r.best.fps >= r.baselines["best single unit"].fps
     assert r.best.fps <= r.fps_bound * (1 + 1e-9)
     assert {q.unit for q in r.best.plan.partitions} == {"cpu", "npu"}
+    # a frame of slack beyond what the simulation needs, at the same period
+    need = tune_in_flight(p, r.best.plan.partitions)
+    assert r.best.in_flight == need.in_flight + 1
+    assert r.best.period_us <= need.period_us * (1 + 1e-9)
     again = plan_throughput(p, time_limit=5.0, plans={"auto": latency})
     assert [(q.unit, q.nodes) for q in again.best.plan.partitions] == [
         (q.unit, q.nodes) for q in r.best.plan.partitions
@@ -249,6 +253,9 @@ def test_copies_of_the_whole_model_when_units_run_it_alone() -> None:
     r = plan_throughput(p, time_limit=2.0)
     dp = r.baselines["data-parallel"]
     assert dp.copies == ({"u0": "u1"},)
+    # each copy keeps a frame of slack beyond what it needs
+    need = plan_throughput(p, time_limit=2.0, slack=0).baselines["data-parallel"]
+    assert [t.in_flight for t in dp.timings] == [t.in_flight + 1 for t in need.timings]
     assert dp.fps == pytest.approx(2 * r.baselines["best single unit"].fps)
     assert r.best.fps >= dp.fps * (1 - 1e-9)
     assert r.status == "optimal"  # the copies meet the fractional bound
@@ -272,6 +279,7 @@ def test_a_latency_bound_no_plan_meets_names_the_best_latency() -> None:
         plan_throughput(p, time_limit=1.0, max_latency_us=150.0)
     ok = plan_throughput(p, time_limit=1.0, max_latency_us=201.0)  # what it said is enough
     assert ok.best.latency_us(99) <= 201.0
+    assert ok.best.in_flight == 1  # no frame of slack under a bound: it would wait behind one
 
 
 def test_a_small_predicted_gain_from_more_cuts_keeps_the_simpler_stream() -> None:

@@ -361,8 +361,8 @@ def _with_common(fn: Any) -> Any:
     "--in-flight",
     type=click.IntRange(min=1, max=64),
     default=None,
-    help="With --stream: frames in flight per copy (default: the plan's, else one per "
-    "group of its units that can run at the same time, and one more).",
+    help="With --stream: frames in flight per copy (default: the plan's, else one per lane "
+    "(units that share cores make one lane) and one more).",
 )
 @db_option
 @json_option

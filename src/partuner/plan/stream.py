@@ -44,9 +44,8 @@ __all__ = [
 ]
 
 MAX_IN_FLIGHT = 16  # frames in flight a stream plan may take at most
-#: frames in flight a stream plan keeps beyond what its simulation needs, without a latency
-#: bound: a unit otherwise waits whenever the one before it (or, with one lane, the caller)
-#: is a little late with a frame (benchmarks/stream_slack_bench.py measures with and without)
+#: frames in flight a stream keeps beyond its simulation's need (no latency bound): else a unit
+#: waits whenever the one before it, or the caller, is late (benchmarks/stream_slack_bench.py)
 SLACK_IN_FLIGHT = 1
 
 
@@ -341,8 +340,8 @@ def tune_in_flight(
     the shortest period any number up to ``up_to`` gives, among those whose p99 latency is
     within ``max_latency_us`` (None when none is); ``beside``: as for :func:`simulate_stream`.
 
-    ``slack``: without a bound, that many frames more (up to ``up_to``), simulated again: the
-    simulated costs do not vary from frame to frame, measured ones do (:data:`SLACK_IN_FLIGHT`)."""
+    ``slack``: without a bound, that many frames more (up to ``up_to``) unless their period is
+    longer: simulated costs are the same every frame, measured ones vary (SLACK_IN_FLIGHT)."""
     runs = []
     lanes = len(set(lanes_of(problem, [p.unit for p in partitions]).values()))
     load = max(stream_loads(problem, partitions).values(), default=0.0)
@@ -364,4 +363,5 @@ def tune_in_flight(
     k = min(up_to, pick.in_flight + max(0, slack))
     if max_latency_us is not None or k == pick.in_flight:
         return pick
-    return simulate_stream(problem, partitions, in_flight=k, beside=beside)
+    more = simulate_stream(problem, partitions, in_flight=k, beside=beside)
+    return more if more.period_us <= pick.period_us * (1 + 1e-9) else pick
