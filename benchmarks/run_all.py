@@ -167,7 +167,8 @@ SUITE = [
         "(examples/units/cpu-npu-standin.yaml) and on the modeled units file with 1, 2 and 4 "
         "modeled NPUs, each plan and its baselines' predicted frames per second; on the "
         "stand-in each configuration measured with `partuner run --stream 300` in a fresh "
-        'process, 3 rounds in rotated order (median of the rounds\' frames/s; "spread": (max '
+        "process, rounds in rotated order (3 unless the run's command says otherwise; median "
+        'of the rounds\' frames/s; "spread": (max '
         "- min) / median): the throughput plan, the latency plan run as a stream with the frames "
         "in flight the planner predicted for it, the best single unit (likewise), "
         "data-parallel copies where units each run the whole model, and a throughput plan "
