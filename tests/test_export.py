@@ -118,6 +118,24 @@ def test_plan_file_round_trip_and_nestc_keys(tmp_path, branchy):
     assert back.parallel == [["p1", "p2"]]
 
 
+def test_node_names_with_colons_round_trip(tmp_path, branchy, caplog):
+    """NEST-C's keys join node names with ':' and cannot hold a name with one: partuner's own
+    section is read, and the keys are not compared with it (no error, no warning)."""
+    specs = [
+        PartitionSpec(
+            p.name, p.unit, tuple(f"ns:{n}" if i == 0 else n for i, n in enumerate(p.nodes))
+        )
+        for p in _alternating(branchy, 2)
+    ]
+    pf = PlanFile(partitions=specs, model="m.onnx", units={"cpu0": {}, "cpu1": {}})
+    path = tmp_path / "plan.yaml"
+    write_plan(pf, path)
+    with caplog.at_level("WARNING"):
+        back = read_plan(path)
+    assert [p.nodes for p in back.partitions] == [p.nodes for p in specs]
+    assert "describe another plan" not in caplog.text
+
+
 def test_nestc_only_plan_is_read(tmp_path, branchy):
     names = [n.name for n in branchy.compute_nodes]
     items = [f"{n}-{0 if i < 10 else 1}" for i, n in enumerate(names)]

@@ -223,6 +223,170 @@ def test_values_read_by_a_sub_graph_survive_the_fold() -> None:
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
 
 
+def _const(name: str, value: np.ndarray) -> onnx.NodeProto:
+    return helper.make_node(
+        "Constant", [], [name], name=f"c_{name}", value=numpy_helper.from_array(value, name)
+    )
+
+
+def attention_like_model(huge: bool = False) -> onnx.ModelProto:
+    """What torch exports for a ViT's class token and nn.MultiheadAttention's head split:
+    an Expand to a shape made of ``ConstantOfShape`` / ``Where`` on constants, and a Slice
+    whose end is a ``Mod`` of two constants. No ``Shape`` node: shape inference alone cannot
+    see through either. ``huge``: the ``ConstantOfShape`` asks for 10^10 elements (never
+    evaluated; the model then fails to load with the usual one line)."""
+    rng = np.random.default_rng(3)
+    rank = np.array([10**5, 10**5] if huge else [3], np.int64)
+    nodes = [
+        _const("rank", rank),
+        helper.make_node(
+            "ConstantOfShape",
+            ["rank"],
+            ["ones"],
+            name="ones",
+            value=numpy_helper.from_array(np.array([1], np.int64)),
+        ),
+        _const("minus1", np.array(-1, np.int64)),
+        helper.make_node("Mul", ["ones", "minus1"], ["neg"], name="neg"),
+        _const("want", np.array([2, -1, -1], np.int64)),
+        helper.make_node("Equal", ["want", "neg"], ["keep"], name="keep"),
+        helper.make_node("Where", ["keep", "ones", "want"], ["tshape"], name="tshape"),
+        helper.make_node("Expand", ["tok", "tshape"], ["toks"], name="expand_token"),
+        _const("eight", np.array([8], np.int64)),
+        _const("five", np.array([5], np.int64)),
+        helper.make_node("Mod", ["eight", "five"], ["end"], name="head_end"),
+        _const("zero", np.array([0], np.int64)),
+        _const("axis2", np.array([2], np.int64)),
+        helper.make_node("Slice", ["x", "zero", "end", "axis2"], ["xs"], name="head"),
+        helper.make_node("Add", ["toks", "xs"], ["y"], name="add"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 3])
+    tok = numpy_helper.from_array(rng.standard_normal((1, 4, 3)).astype(np.float32), "tok")
+    return _model(nodes, [x], [y], [tok])
+
+
+def test_shapes_computed_from_constants_alone_are_folded() -> None:
+    m = attention_like_model()
+    g = load_model(m)
+    assert g.values["y"].shape == (2, 4, 3) and g.values["xs"].shape == (2, 4, 3)
+    ops = {n.op_type for n in g.model.graph.node}
+    assert not ops & {"ConstantOfShape", "Where", "Mod", "Equal"}
+    assert {n.name for n in g.compute_nodes} == {"head", "add"}
+    assert g.is_constant("expand_token")  # a weight expanded: what backends fold
+    x = np.random.default_rng(4).standard_normal((2, 4, 8)).astype(np.float32)
+    np.testing.assert_allclose(_run_ort(g.model, {"x": x})[0], _run_ort(m, {"x": x})[0])
+    assert load_model(m).model.SerializeToString() == g.model.SerializeToString()
+
+
+def test_a_constant_of_shape_too_large_to_fold_is_not_evaluated() -> None:
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidModelError):
+            load_model(attention_like_model(huge=True))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20
+
+
+def lstm_state_model() -> onnx.ModelProto:
+    """torch.nn.LSTM as exported: its zero initial states expanded to a shape computed from
+    the input's (Shape -> Gather -> Unsqueeze -> Concat -> Expand). Every shape is static
+    (shape inference's data propagation sees through it), but the Expand's shape is a value
+    computed at run time: timed alone with zeros for it, the Expand failed on every unit."""
+    rng = np.random.default_rng(5)
+    seq, batch, inp, hid = 6, 1, 4, 5
+    nodes = [
+        _const("zero_s", np.array(0.0, np.float32)),
+        helper.make_node("Shape", ["x"], ["xs"], name="shape"),
+        _const("one_i", np.array(1, np.int64)),
+        helper.make_node("Gather", ["xs", "one_i"], ["b"], name="gather_batch", axis=0),
+        _const("ax0", np.array([0], np.int64)),
+        helper.make_node("Unsqueeze", ["b", "ax0"], ["b1"], name="unsq_batch"),
+        _const("dirs", np.array([1], np.int64)),
+        _const("hid", np.array([hid], np.int64)),
+        helper.make_node("Concat", ["dirs", "b1", "hid"], ["hshape"], name="state_shape", axis=0),
+        helper.make_node("Expand", ["zero_s", "hshape"], ["h0"], name="h0"),
+        helper.make_node("Expand", ["zero_s", "hshape"], ["c0"], name="c0"),
+        helper.make_node(
+            "LSTM", ["x", "W", "R", "", "", "h0", "c0"], ["all", "hn"], name="lstm", hidden_size=hid
+        ),
+        helper.make_node("Relu", ["hn"], ["y"], name="relu"),
+    ]
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((1, 4 * hid, inp)).astype(np.float32), "W"),
+        numpy_helper.from_array(rng.standard_normal((1, 4 * hid, hid)).astype(np.float32), "R"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, batch, inp])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, batch, hid])
+    return _model(nodes, [x], [y], inits)
+
+
+def test_a_static_model_s_computed_state_shape_is_folded_and_profiles() -> None:
+    from partuner.profile import profile_model
+    from partuner.units import units_from_mapping
+
+    m = lstm_state_model()
+    g = load_model(m)
+    assert not {"Shape", "Gather", "Concat"} & {n.op_type for n in g.model.graph.node}
+    assert [n.name for n in g.compute_nodes] == ["lstm", "relu"]  # the states: constants
+    x = np.random.default_rng(6).standard_normal((6, 1, 4)).astype(np.float32)
+    np.testing.assert_allclose(_run_ort(g.model, {"x": x})[0], _run_ort(m, {"x": x})[0])
+    units = units_from_mapping({"units": {"cpu": {"backend": "onnxruntime", "threads": 1}}})
+    prof = profile_model(g, units, budget_s=0.01)
+    assert not prof.failed
+    assert all(0 < prof.costs[n]["cpu"] < float("inf") for n in ("lstm", "relu"))
+    assert g.nodes[[n.name for n in g.nodes].index("lstm")].flops > 0
+
+
+def test_nodes_nothing_reads_are_dropped() -> None:
+    """A dead node (its output read by nothing) is dropped at load, and one only it read with
+    it; the outputs stay the same."""
+    rng = np.random.default_rng(7)
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Tanh", ["r"], ["t"], name="dead_tanh"),
+        helper.make_node("Neg", ["t"], ["u"], name="dead_neg"),
+        helper.make_node("MatMul", ["r", "w"], ["y"], name="fc"),
+    ]
+    w = numpy_helper.from_array(rng.standard_normal((4, 2)).astype(np.float32), "w")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])
+    m = _model(nodes, [x], [y], [w])
+    g = load_model(m)
+    assert [n.name for n in g.nodes] == ["relu", "fc"]
+    feeds = {"x": rng.standard_normal((1, 4)).astype(np.float32)}
+    np.testing.assert_allclose(_run_ort(g.model, feeds)[0], _run_ort(m, feeds)[0])
+
+
+def test_an_ir3_model_is_cut_into_valid_sub_models() -> None:
+    """IR 3 (opset 7) lists every initializer as an input too; a partition cut from it is a
+    model of its own, which ONNX's checker accepts."""
+    from partuner.export import PartitionSpec, cut
+
+    rng = np.random.default_rng(8)
+    w1 = numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((4, 2)).astype(np.float32), "w2")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])
+    ins = [x, *(helper.make_tensor_value_info(t.name, TensorProto.FLOAT, t.dims) for t in (w1, w2))]
+    m = _model(nodes, ins, [y], [w1, w2], opset=7)
+    m.ir_version = 3
+    g = load_model(m)
+    parts = cut(g, [PartitionSpec("p0", "a", ("fc1", "relu")), PartitionSpec("p1", "b", ("fc2",))])
+    for p in parts:
+        onnx.checker.check_model(p.model)
+    feeds = {"x": rng.standard_normal((1, 4)).astype(np.float32)}
+    r = _run_ort(parts[0].model, feeds)[0]
+    np.testing.assert_allclose(_run_ort(parts[1].model, {"r": r})[0], _run_ort(m, feeds)[0])
+
+
 def test_folded_model_from_file_through_cli(tmp_path: Path) -> None:
     p = tmp_path / "shuffle.onnx"
     onnx.save(shuffle_split_model(), p)

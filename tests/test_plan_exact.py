@@ -329,3 +329,19 @@ def test_plan_without_model_or_problem_fails_cleanly(tmp_path) -> None:
     assert r.exit_code == 2 and "--load-problem" in r.output
     r = _invoke("plan", "--load-problem", tmp_path / "none.json")
     assert r.exit_code == 2 and "not found" in r.output
+
+
+def test_a_solve_started_at_the_cap_still_gets_its_minimum_wall_time() -> None:
+    """A solve stopped by the wall clock during its presolve can abort the process (OR-Tools
+    9.15, ``plan/clock.py``): one made when the cap has passed is given MIN_WALL_S all the
+    same, and its deterministic budget stays what was asked."""
+    from ortools.sat.python import cp_model
+
+    from partuner.plan.clock import MIN_WALL_S, WorkClock
+
+    clock = WorkClock(0.0)
+    solver = clock.solver(cp_model, 1.0, 1, 0)
+    assert solver.parameters.max_time_in_seconds >= MIN_WALL_S
+    assert 0 < solver.parameters.max_deterministic_time < 1.0
+    late = WorkClock(60.0)
+    assert late.solver(cp_model, 1.0, 1, 0).parameters.max_time_in_seconds > 59

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from partuner.errors import PartitionCycleError, PlanFileError
+from partuner.errors import InvalidModelError, PartitionCycleError, PlanFileError
 from partuner.graph import ModelGraph
 from partuner.graph.subgraphs import outer_names
 
@@ -125,12 +125,19 @@ def cut_nodes(
     m = helper.make_model(
         g,
         opset_imports=list(graph.model.opset_import),
-        ir_version=graph.model.ir_version,
+        # IR 3 wants every initializer listed as an input too; a sub-model is a new model: IR 4
+        ir_version=max(graph.model.ir_version, 4),
         producer_name="partuner",
     )
     m.functions.extend(graph.model.functions)
     if check:
-        onnx.checker.check_model(m)
+        try:
+            onnx.checker.check_model(m)
+        except onnx.checker.ValidationError as exc:  # one line, not a traceback
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise InvalidModelError(
+                f"the sub-model {name!r} cut from {graph.source} fails ONNX's checker: {first}"
+            ) from None
     return m, inputs, outputs
 
 

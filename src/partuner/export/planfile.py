@@ -426,7 +426,10 @@ def read_plan(path: str | Path) -> PlanFile:
         )
     _known_keys(own, _OWN_KEYS, "partuner", where)
     plan = _read_own(doc, own, where)
-    if all(key in doc for key in _NESTC_KEYS):  # what NEST-C reads: the same plan?
+    # what NEST-C reads: the same plan? (NEST-C's keys join node names with ':' and cannot
+    # hold a name with one: then only the section is read)
+    colon = any(":" in n for p in plan.partitions for n in p.nodes)
+    if all(key in doc for key in _NESTC_KEYS) and not colon:
         differ = _first_difference(plan, _read_nestc(doc, where))
         if differ:  # partuner reads its own section (hand edits included); say so
             log.warning(

@@ -87,6 +87,8 @@ def node_flops(
     1024
     >>> node_flops("Gemm", {}, [(1, 512), (1000, 512)], [(1, 1000)])
     1024000
+    >>> node_flops("LSTM", {}, [(20, 1, 32), (1, 256, 32), (1, 256, 64)], [(20, 1, 1, 64)])
+    983040
     """
     out = output_shapes[0] if output_shapes else None
     ins = list(input_shapes)
@@ -105,6 +107,9 @@ def node_flops(
         return 2 * out_elems * int(k)
     if op_type == "MatMul" and ins and ins[0] is not None:
         return 2 * out_elems * int(ins[0][-1])
+    if op_type in ("LSTM", "GRU", "RNN") and len(ins) >= 3 and None not in ins[:3]:
+        x, w, r = ins[:3]  # x: (seq, batch, in) or (batch, seq, in); w, r: (dirs, gates*H, .)
+        return 2 * int(x[0]) * int(x[1]) * (_prod(w) + _prod(r))
     if op_type in ("MaxPool", "AveragePool", "LpPool"):
         kernel = attributes.get("kernel_shape") or [1]
         return out_elems * _prod(kernel)  # type: ignore[arg-type]

@@ -7,12 +7,16 @@ values after it have no static shape although the input's is static. Once the in
 these sub-graphs compute constants: :func:`fold_shape_computations` replaces them by
 initializers, so shape inference then gives every value a static shape.
 
-Only what derives from a shape is folded: a ``Shape`` or ``Size`` of a statically shaped value,
-then every node of a small, size-bounded arithmetic op whose inputs are all known (shape-derived
-values, initializers, ``Constant`` outputs), at least one of them shape-derived. Weight-only
-constant sub-graphs are left alone (partuner treats them as constant nodes), the nodes that remain
-keep their names and order, and the same model always folds to the same model. Values are
-computed with ONNX's reference evaluator (``onnx.reference``).
+Only small computations are folded: a ``Shape`` or ``Size`` of a statically shaped value, then
+every node of a small, size-bounded arithmetic op whose inputs are all known (shape-derived
+values, initializers, ``Constant`` outputs), at least one of them shape-derived or a ``Constant``
+node's (torch's ``nn.MultiheadAttention`` computes a head's size with ``Mod`` of two constants,
+a ViT's class token is expanded to a shape made by ``ConstantOfShape`` and ``Where``; neither
+is something ONNX shape inference sees through). ``ConstantOfShape`` and ``Range`` only where
+what they make stays small. Weight-only constant sub-graphs of initializers are left alone
+(partuner treats them as constant nodes), the nodes that remain keep their names and order, and
+the same model always folds to the same model. Values are computed with ONNX's reference
+evaluator (``onnx.reference``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-__all__ = ["MAX_FOLD_ELEMENTS", "fold_shape_computations"]
+__all__ = ["MAX_FOLD_ELEMENTS", "drop_dead_nodes", "fold_shape_computations"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +42,23 @@ _FOLDABLE = frozenset(
     Identity Less LessOrEqual Max Min Mod Mul Neg Not Or ReduceMax ReduceMin ReduceProd ReduceSum
     Reshape Sign Slice Squeeze Sub Transpose Unsqueeze Where""".split()
 )
+
+
+# Ops whose output may be larger than their inputs: folded only where it stays small.
+_GROWING = frozenset({"ConstantOfShape", "Range"})
+
+
+def _grown(node: onnx.NodeProto, feeds: dict[str, np.ndarray]) -> float:
+    """How many elements a ``_GROWING`` node would make of ``feeds`` (inf: cannot tell)."""
+    try:
+        args = [feeds[x] for x in node.input if x]
+        if node.op_type == "ConstantOfShape":
+            dims = [int(d) for d in np.ravel(args[0])]
+            return math.prod(dims) if all(d >= 0 for d in dims) else math.inf
+        start, limit, delta = (float(np.ravel(a)[0]) for a in args[:3])
+        return max(0.0, math.ceil((limit - start) / delta)) if delta else math.inf
+    except (ValueError, TypeError, IndexError, OverflowError):
+        return math.inf
 
 
 def _static_dims(t: onnx.TypeProto | None) -> list[int] | None:
@@ -93,6 +114,7 @@ def fold_shape_computations(model: onnx.ModelProto) -> int:
     inits = {t.name: t for t in g.initializer}
     known: dict[str, np.ndarray] = {}
     derived: set[str] = set()
+    constant: set[str] = set()  # outputs of Constant nodes (kept as nodes)
     folded: list[int] = []
 
     def value(name: str) -> np.ndarray | None:
@@ -119,10 +141,14 @@ def fold_shape_computations(model: onnx.ModelProto) -> int:
         ):
             continue
         elif node.op_type == "Constant" or (
-            node.op_type in _FOLDABLE and any(x in derived for x in ins)
+            (node.op_type in _FOLDABLE or node.op_type in _GROWING)
+            and ins
+            and any(x in derived or x in constant for x in ins)
         ):
             feeds = {x: value(x) for x in ins}
             if any(v is None or v.size > MAX_FOLD_ELEMENTS for v in feeds.values()):
+                continue
+            if node.op_type in _GROWING and _grown(node, feeds) > MAX_FOLD_ELEMENTS:
                 continue
             try:
                 results = ReferenceEvaluator(node, opsets={"": opset}).run(None, feeds)
@@ -136,6 +162,7 @@ def fold_shape_computations(model: onnx.ModelProto) -> int:
                 continue
             if node.op_type == "Constant":  # known, but not shape-derived: kept as a node
                 known.update(zip(node.output, results, strict=False))
+                constant.update(node.output)
                 continue
         else:
             continue
@@ -149,6 +176,27 @@ def fold_shape_computations(model: onnx.ModelProto) -> int:
     _replace(model, folded, known)
     log.info("folded %d shape-computing nodes of %s", len(folded), g.name or "<model>")
     return len(folded)
+
+
+def drop_dead_nodes(model: onnx.ModelProto) -> int:
+    """Remove, in place, the nodes whose outputs nothing reads (no node, no sub-graph, no graph
+    output), until none is left; returns how many. ONNX nodes have no side effects, so the
+    model computes the same; a runtime drops them anyway, and timed alone such a node is a
+    sub-model without outputs, which onnxruntime refuses to run."""
+    g = model.graph
+    dropped = 0
+    while True:
+        uses = _uses(g)
+        dead = {k for k, n in enumerate(g.node) if not any(uses[o] for o in n.output if o)}
+        if not dead:
+            break
+        kept = [n for k, n in enumerate(g.node) if k not in dead]
+        del g.node[:]
+        g.node.extend(kept)
+        dropped += len(dead)
+    if dropped:
+        log.info("dropped %d node(s) of %s whose outputs nothing reads", dropped, g.name or "model")
+    return dropped
 
 
 def _node_inputs(g: onnx.GraphProto) -> list[str]:

@@ -22,7 +22,7 @@ from onnx import helper, numpy_helper
 
 from partuner.errors import InputShapeError, InvalidModelError
 from partuner.graph.flops import node_flops
-from partuner.graph.fold import fold_shape_computations
+from partuner.graph.fold import drop_dead_nodes, fold_shape_computations
 from partuner.graph.model_file import MAX_MODEL_BYTES, read_model_proto
 from partuner.graph.subgraphs import outer_names
 
@@ -366,6 +366,7 @@ def load_model(
     _check(model, name)
     _name_nodes(model)
     _check_outputs_computed(model, name)
+    drop_dead_nodes(model)
     if input_shapes is not None and (
         not isinstance(input_shapes, Mapping)
         or not all(isinstance(v, list | tuple) for v in input_shapes.values())
@@ -376,12 +377,13 @@ def load_model(
         )
     inputs = _fix_inputs(model, dict(input_shapes or {}), name)
     model = _infer(model, name)
-    # Shapes computed at run time (Shape -> Gather -> ... -> Slice/Reshape) are constants once
-    # the inputs are fixed. Where one leaves a value without a static shape, fold them all and
-    # re-infer until nothing more folds; a model whose shapes are all static is left as it is.
-    if not _all_static(model):
-        while fold_shape_computations(model):
-            model = _infer(model, name)
+    # Shapes computed at run time (Shape -> Gather -> ... -> Slice/Reshape/Expand) are constants
+    # once the inputs are fixed: fold them all and re-infer until nothing more folds. Also where
+    # shape inference sees through them (data propagation): a node timed alone is fed zeros for
+    # its integer inputs, and an LSTM's initial state expanded to a computed shape of zeros
+    # fails on every unit (a torch.nn.LSTM export).
+    while fold_shape_computations(model):
+        model = _infer(model, name)
     return _build(model, inputs, name)
 
 
@@ -411,17 +413,6 @@ def _check_outputs_computed(model: onnx.ModelProto, name: str) -> None:
             "partuner plans the nodes between the inputs and the outputs: drop that output "
             "(the caller has it already), or compute it with an Identity node under a new name"
         )
-
-
-def _all_static(model: onnx.ModelProto) -> bool:
-    g = model.graph
-    shaped = {
-        vi.name
-        for vi in [*g.value_info, *g.output]
-        if vi.type.tensor_type.HasField("shape")
-        and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)
-    }
-    return all(o in shaped for n in g.node for o in n.output if o)
 
 
 def _build(model: onnx.ModelProto, inputs: list[str], source: str) -> ModelGraph:

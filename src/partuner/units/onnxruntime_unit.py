@@ -121,10 +121,11 @@ class OnnxruntimeRunner(Runner):
         so.inter_op_num_threads = 1
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[optimization])
-        # onnxruntime's own warnings (an initializer listed as an input, ...) print once per
-        # session, coloured, past --quiet: shown only where partuner logs debug lines (-vv)
+        # onnxruntime's own warnings (an initializer listed as an input, ...) and errors (a
+        # node timed alone that fails: partuner says so itself, with the node's name) print
+        # coloured, past --quiet: shown only where partuner logs debug lines (-vv)
         debug = logging.getLogger("partuner").isEnabledFor(logging.DEBUG)
-        so.log_severity_level = 1 if debug else 3
+        so.log_severity_level = 1 if debug else 4
         so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
         if spinning == "run":
             so.add_session_config_entry("session.force_spinning_stop", "1")
