@@ -387,6 +387,56 @@ def test_an_ir3_model_is_cut_into_valid_sub_models() -> None:
     np.testing.assert_allclose(_run_ort(parts[1].model, {"r": r})[0], _run_ort(m, feeds)[0])
 
 
+def loop_model(declared: bool) -> onnx.ModelProto:
+    """A Loop whose carried value ONNX shape inference leaves without a shape; ``declared``:
+    the file declares it in ``value_info``."""
+    f = TensorProto.FLOAT
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_id"),
+            helper.make_node("Add", ["v_in", "r"], ["v_add"], name="body_add"),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("iter", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_in", f, [1, 4]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", f, [1, 4]),
+        ],
+    )
+    body.node[1].output[0] = "v_out"
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Loop", ["trip", "yes", "r"], ["carried"], body=body, name="loop"),
+        helper.make_node("Neg", ["carried"], ["y"], name="neg"),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(3, np.int64), "trip"),
+        numpy_helper.from_array(np.array(True), "yes"),
+    ]
+    x = helper.make_tensor_value_info("x", f, [1, 4])
+    y = helper.make_tensor_value_info("y", f, [1, 4])
+    m = _model(nodes, [x], [y], inits)
+    if declared:
+        m.graph.value_info.append(helper.make_tensor_value_info("carried", f, [1, 4]))
+    return m
+
+
+def test_a_loop_s_carried_shape_declared_in_the_file_is_kept() -> None:
+    with pytest.raises(InvalidModelError, match="declare the value's shape"):
+        load_model(loop_model(declared=False))
+    m = loop_model(declared=True)
+    g = load_model(m)
+    assert g.values["carried"].shape == (1, 4)
+    assert [n.name for n in g.compute_nodes] == ["relu", "loop", "neg"]
+    x = np.random.default_rng(9).standard_normal((1, 4)).astype(np.float32)
+    np.testing.assert_allclose(_run_ort(g.model, {"x": x})[0], _run_ort(m, {"x": x})[0])
+    np.testing.assert_allclose(_run_ort(m, {"x": x})[0], -4 * np.maximum(x, 0), rtol=1e-6)
+
+
 def test_folded_model_from_file_through_cli(tmp_path: Path) -> None:
     p = tmp_path / "shuffle.onnx"
     onnx.save(shuffle_split_model(), p)

@@ -375,6 +375,9 @@ def load_model(
             "input_shapes must map input names to dimension tuples, e.g. "
             f"{{'input': (1, 3, 224, 224)}}, got {input_shapes!r:.60}"
         )
+    # Shapes the file declares, kept where inference cannot tell one (a Loop's carried values);
+    # only when the file fixes every input's shape itself (else they may be another size's)
+    declared = _declared_shapes(model) if _inputs_static(model) else {}
     inputs = _fix_inputs(model, dict(input_shapes or {}), name)
     model = _infer(model, name)
     # Shapes computed at run time (Shape -> Gather -> ... -> Slice/Reshape/Expand) are constants
@@ -384,7 +387,54 @@ def load_model(
     # fails on every unit (a torch.nn.LSTM export).
     while fold_shape_computations(model):
         model = _infer(model, name)
+    _keep_declared(model, declared)
     return _build(model, inputs, name)
+
+
+def _is_static(t: onnx.TypeProto) -> bool:
+    return (
+        t.HasField("tensor_type")
+        and t.tensor_type.HasField("shape")
+        and all(d.HasField("dim_value") for d in t.tensor_type.shape.dim)
+    )
+
+
+def _inputs_static(model: onnx.ModelProto) -> bool:
+    inits = {t.name for t in model.graph.initializer}
+    return all(_is_static(i.type) for i in model.graph.input if i.name not in inits)
+
+
+def _declared_shapes(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    g = model.graph
+    out = {}
+    for vi in [*g.value_info, *g.output]:
+        if _is_static(vi.type) and vi.type.tensor_type.elem_type:
+            t = onnx.TypeProto()
+            t.CopyFrom(vi.type)
+            out[vi.name] = t
+    return out
+
+
+def _keep_declared(model: onnx.ModelProto, declared: Mapping[str, onnx.TypeProto]) -> None:
+    """Give each value inference left without a static shape the one the file declared."""
+    if not declared:
+        return
+    g = model.graph
+    known = {vi.name: vi for vi in [*g.value_info, *g.output]}
+    produced = {o for n in g.node for o in n.output if o}
+    for name, t in declared.items():
+        vi = known.get(name)
+        if vi is not None and _is_static(vi.type):
+            continue
+        if vi is None:
+            if name not in produced:
+                continue
+            vi = g.value_info.add()
+            vi.name = name
+        want = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+        if want and want != t.tensor_type.elem_type:
+            continue  # the file contradicts inference: leave it to the usual error
+        vi.type.CopyFrom(t)
 
 
 def _infer(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
@@ -441,7 +491,8 @@ def _build(model: onnx.ModelProto, inputs: list[str], source: str) -> ModelGraph
                 f"{prod.name!r} ({prod.op_type})) in {source}: ONNX shape inference cannot "
                 "tell it from the inputs' shapes (it depends on values computed at run time); "
                 "partuner plans models whose every shape is static: export the model with that "
-                "size fixed (e.g. a loop unrolled), or simplify it (onnxsim)"
+                "size fixed (e.g. a loop unrolled), declare the value's shape in the model's "
+                "value_info (where every input's is fixed in the file), or simplify it (onnxsim)"
             )
         itemsize = np.dtype(dtype).itemsize if dtype in np.sctypeDict else 1
         prod = v.producer()
