@@ -61,7 +61,7 @@ def _grown(node: onnx.NodeProto, feeds: dict[str, np.ndarray]) -> float:
         return math.inf
 
 
-def _static_dims(t: onnx.TypeProto | None) -> list[int] | None:
+def static_dims(t: onnx.TypeProto | None) -> list[int] | None:
     if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
         return None
     dims = t.tensor_type.shape.dim
@@ -129,7 +129,7 @@ def fold_shape_computations(model: onnx.ModelProto) -> int:
             continue
         ins = [x for x in node.input if x]
         if node.op_type in ("Shape", "Size") and len(ins) == 1:
-            dims = _static_dims(types.get(ins[0]))
+            dims = static_dims(types.get(ins[0]))
             if dims is None and ins[0] in inits:
                 dims = list(inits[ins[0]].dims)
             if dims is None:

@@ -22,7 +22,7 @@ from onnx import helper, numpy_helper
 
 from partuner.errors import InputShapeError, InvalidModelError
 from partuner.graph.flops import node_flops
-from partuner.graph.fold import drop_dead_nodes, fold_shape_computations
+from partuner.graph.fold import drop_dead_nodes, fold_shape_computations, static_dims
 from partuner.graph.model_file import MAX_MODEL_BYTES, read_model_proto
 from partuner.graph.subgraphs import outer_names
 
@@ -377,7 +377,7 @@ def load_model(
         )
     # Shapes the file declares, kept where inference cannot tell one (a Loop's carried values);
     # only when the file fixes every input's shape itself (else they may be another size's)
-    declared = _declared_shapes(model) if _inputs_static(model) else {}
+    declared = _declared_shapes(model)
     inputs = _fix_inputs(model, dict(input_shapes or {}), name)
     model = _infer(model, name)
     # Shapes computed at run time (Shape -> Gather -> ... -> Slice/Reshape/Expand) are constants
@@ -391,50 +391,33 @@ def load_model(
     return _build(model, inputs, name)
 
 
-def _is_static(t: onnx.TypeProto) -> bool:
-    return (
-        t.HasField("tensor_type")
-        and t.tensor_type.HasField("shape")
-        and all(d.HasField("dim_value") for d in t.tensor_type.shape.dim)
-    )
-
-
-def _inputs_static(model: onnx.ModelProto) -> bool:
-    inits = {t.name for t in model.graph.initializer}
-    return all(_is_static(i.type) for i in model.graph.input if i.name not in inits)
-
-
 def _declared_shapes(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """The values whose static shape the file declares (copies), where it fixes every input's
+    shape itself."""
     g = model.graph
-    out = {}
-    for vi in [*g.value_info, *g.output]:
-        if _is_static(vi.type) and vi.type.tensor_type.elem_type:
-            t = onnx.TypeProto()
-            t.CopyFrom(vi.type)
-            out[vi.name] = t
+    inits = {t.name for t in g.initializer}
+    if any(static_dims(i.type) is None for i in g.input if i.name not in inits):
+        return {}
+    ok = [vi for vi in [*g.value_info, *g.output] if static_dims(vi.type) is not None]
+    out = {vi.name: onnx.TypeProto() for vi in ok}
+    for vi in ok:
+        out[vi.name].CopyFrom(vi.type)
     return out
 
 
 def _keep_declared(model: onnx.ModelProto, declared: Mapping[str, onnx.TypeProto]) -> None:
-    """Give each value inference left without a static shape the one the file declared."""
-    if not declared:
-        return
+    """Give each value inference left without a static shape the one the file declared (of
+    the same element type: one that contradicts inference is left to the usual error)."""
     g = model.graph
     known = {vi.name: vi for vi in [*g.value_info, *g.output]}
     produced = {o for n in g.node for o in n.output if o}
     for name, t in declared.items():
         vi = known.get(name)
-        if vi is not None and _is_static(vi.type):
+        if name not in produced or (vi is not None and static_dims(vi.type) is not None):
             continue
-        if vi is None:
-            if name not in produced:
-                continue
-            vi = g.value_info.add()
-            vi.name = name
-        want = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
-        if want and want != t.tensor_type.elem_type:
-            continue  # the file contradicts inference: leave it to the usual error
-        vi.type.CopyFrom(t)
+        vi = vi if vi is not None else g.value_info.add(name=name)
+        if vi.type.tensor_type.elem_type in (0, t.tensor_type.elem_type):
+            vi.type.CopyFrom(t)
 
 
 def _infer(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
