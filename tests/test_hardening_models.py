@@ -437,6 +437,30 @@ def test_a_loop_s_carried_shape_declared_in_the_file_is_kept() -> None:
     np.testing.assert_allclose(_run_ort(m, {"x": x})[0], -4 * np.maximum(x, 0), rtol=1e-6)
 
 
+def test_a_constant_model_output_is_placed_and_checked(tmp_path: Path) -> None:
+    """A module returning a registered buffer (detection anchors) exports as Identity of an
+    initializer: that node is placed (not a constant left out of every partition), and the
+    plan runs and checks."""
+    rng = np.random.default_rng(10)
+    nodes = [
+        helper.make_node("Relu", ["x"], ["y"], name="relu"),
+        helper.make_node("Identity", ["anchors.1"], ["anchors"], name="anchors_id"),
+    ]
+    anchors = numpy_helper.from_array(rng.standard_normal((3, 4)).astype(np.float32), "anchors.1")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    outs = [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4]),
+        helper.make_tensor_value_info("anchors", TensorProto.FLOAT, [3, 4]),
+    ]
+    path = tmp_path / "anchors.onnx"
+    onnx.save(_model(nodes, [x], outs, [anchors]), path)
+    assert not load_model(path).is_constant("anchors_id")
+    out = tmp_path / "out"
+    r = _cli_inproc("tune", path, "--db", tmp_path / "p.db", "--time-limit", "1", "-o", out, "-q")
+    assert r.returncode == 0, r.stderr
+    assert "output check passed" in r.stdout
+
+
 def test_folded_model_from_file_through_cli(tmp_path: Path) -> None:
     p = tmp_path / "shuffle.onnx"
     onnx.save(shuffle_split_model(), p)

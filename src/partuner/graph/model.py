@@ -95,9 +95,11 @@ class ModelGraph:
         const: set[str] = set()
         for n in self.nodes:  # topological, so producers are classified first
             ins = [v for v in n.inputs if v]
-            if all(
-                self.values[v].is_initializer or self.values[v].producer in const for v in ins
-            ) and not any(self.values[v].is_graph_input for v in ins):
+            if (
+                all(self.values[v].is_initializer or self.values[v].producer in const for v in ins)
+                and not any(self.values[v].is_graph_input for v in ins)
+                and not any(o in self.outputs for o in n.outputs)  # an output: placed
+            ):
                 const.add(n.name)
         self.constant_nodes: frozenset[str] = frozenset(const)
         # A weight reached through a constant node (e.g. Identity of an initializer) is a weight.
@@ -113,8 +115,9 @@ class ModelGraph:
 
     def is_constant(self, name: str) -> bool:
         """True for nodes that read only initializers and constants (``Constant``, an
-        ``Identity`` of a weight, ...): backends fold them, so partuner neither plans nor times
-        them and copies them into every partition that reads them."""
+        ``Identity`` of a weight, ...) and write no output of the model: backends fold them, so
+        partuner neither plans nor times them and copies them into every partition that reads
+        them."""
         return name in self.constant_nodes
 
     @property

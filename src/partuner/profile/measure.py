@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -105,9 +106,27 @@ def overhead_model() -> onnx.ModelProto:
 
 
 def short_error(exc: BaseException) -> str:
-    """``Type: first line`` of an exception, at most ~200 characters."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
+    """``Type: first line`` of an exception, at most ~200 characters, without onnxruntime's
+    boilerplate (its status prefix, the source file and function it failed in).
+
+    >>> short_error(RuntimeError("[ONNXRuntimeError] : 1 : FAIL : Non-zero status code "
+    ...     "returned while running Reshape node. Name:'r' Status Message: /ort/x.h:47 "
+    ...     "f::g(const T&) size == 4 was false. cannot reshape {2,4} to {1,4}"))
+    "RuntimeError: Reshape node 'r': size == 4 was false. cannot reshape {2,4} to {1,4}"
+    """
+    text = (str(exc).strip().splitlines() or [""])[0]
+    text = re.sub(
+        r"^\[ONNXRuntimeError\] : \d+ : \w+ : (Non-zero status code returned while "
+        r"running )?",
+        "",
+        text,
+    )
+    text = re.sub(
+        r"(\w+) node\. Name:('[^']*') Status Message: (/\S+:\d+ \S+\([^)]*\) )?",
+        r"\1 node \2: ",
+        text,
+    )
+    return f"{type(exc).__name__}: {text[:200]}"
 
 
 def refusal(exc: BaseException) -> str | None:

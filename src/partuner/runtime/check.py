@@ -84,7 +84,8 @@ def check_outputs(
     got: Mapping[str, np.ndarray],
     precisions: Iterable[str] = ("f32",),
 ) -> CheckResult:
-    """Compare ``got`` with ``reference`` output by output.
+    """Compare ``got`` with ``reference`` output by output, by the loosest rule of
+    ``precisions`` (the units') and, where the model's outputs are float16, ``f16``'s.
 
     Examples
     --------
@@ -97,6 +98,9 @@ def check_outputs(
     >>> r = check_outputs(nan, {"y": nan["y"].copy()})
     >>> r.passed, r.rule.startswith("reference not finite")
     (True, True)
+    >>> half = {"y": np.array([[1.0, 2.0, 3.0]], dtype=np.float16)}
+    >>> check_outputs(half, {"y": half["y"] + np.float16(2e-3)}).precision
+    'f16'
     """
     if isinstance(precisions, str):
         raise PartunerError(
@@ -109,7 +113,8 @@ def check_outputs(
             f"output(s) {lost} of the reference are not among the outputs to check "
             f"({sorted(got)}); pass every output the model has"
         )
-    precision, rule = tolerance_for(precisions)
+    half = any(np.asarray(r).dtype == np.float16 for r in reference.values())
+    precision, rule = tolerance_for([*precisions, *(["f16"] if half else [])])  # fp16 model
     text = (
         f"{precision}: max|diff| <= {rule['atol']:g} + {rule['rtol']:g}*max|ref| and "
         f"cosine >= {rule['min_cosine']:g}"
