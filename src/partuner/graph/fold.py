@@ -46,19 +46,30 @@ _FOLDABLE = frozenset(
 
 # Ops whose output may be larger than their inputs: folded only where it stays small.
 _GROWING = frozenset({"ConstantOfShape", "Range"})
+# Ops that broadcast their inputs (three small ones can make a huge one).
+_BROADCAST = frozenset(
+    "Add And Div Equal Greater GreaterOrEqual Less LessOrEqual Max Min Mod Mul Or Sub Where".split()
+)
 
 
-def _grown(node: onnx.NodeProto, feeds: dict[str, np.ndarray]) -> float:
-    """How many elements a ``_GROWING`` node would make of ``feeds`` (inf: cannot tell)."""
+def _out_size(node: onnx.NodeProto, feeds: dict[str, np.ndarray]) -> float:
+    """How many elements ``node`` would make of ``feeds``, told before it runs (inf: cannot
+    tell): a model's file must not make the fold allocate more than it keeps."""
+    args = [feeds[x] for x in node.input if x]
     try:
-        args = [feeds[x] for x in node.input if x]
         if node.op_type == "ConstantOfShape":
             dims = [int(d) for d in np.ravel(args[0])]
             return math.prod(dims) if all(d >= 0 for d in dims) else math.inf
-        start, limit, delta = (float(np.ravel(a)[0]) for a in args[:3])
-        return max(0.0, math.ceil((limit - start) / delta)) if delta else math.inf
+        if node.op_type == "Range":
+            start, limit, delta = (float(np.ravel(a)[0]) for a in args[:3])
+            return max(0.0, math.ceil((limit - start) / delta)) if delta else math.inf
+        if node.op_type == "Concat":
+            return sum(a.size for a in args)
+        if node.op_type in _BROADCAST:
+            return math.prod(np.broadcast_shapes(*(a.shape for a in args)))
     except (ValueError, TypeError, IndexError, OverflowError):
         return math.inf
+    return max((a.size for a in args), default=0) ** 2  # Gather: data x indices at most
 
 
 def static_dims(t: onnx.TypeProto | None) -> list[int] | None:
@@ -148,8 +159,8 @@ def fold_shape_computations(model: onnx.ModelProto) -> int:
             feeds = {x: value(x) for x in ins}
             if any(v is None or v.size > MAX_FOLD_ELEMENTS for v in feeds.values()):
                 continue
-            if node.op_type in _GROWING and _grown(node, feeds) > MAX_FOLD_ELEMENTS:
-                continue
+            if _out_size(node, feeds) > MAX_FOLD_ELEMENTS**2:
+                continue  # what it makes would be too large to keep: not made at all
             try:
                 results = ReferenceEvaluator(node, opsets={"": opset}).run(None, feeds)
             except Exception as exc:  # an op the evaluator cannot run: leave it to the runtime
@@ -180,34 +191,35 @@ def fold_shape_computations(model: onnx.ModelProto) -> int:
 
 def drop_dead_nodes(model: onnx.ModelProto) -> int:
     """Remove, in place, the nodes whose outputs nothing reads (no node, no sub-graph, no graph
-    output), until none is left; returns how many. ONNX nodes have no side effects, so the
+    output), and those only they read; returns how many. ONNX nodes have no side effects, so the
     model computes the same; a runtime drops them anyway, and timed alone such a node is a
-    sub-model without outputs, which onnxruntime refuses to run."""
+    sub-model without outputs, which onnxruntime refuses to run. One pass from the last node
+    back (the checker has made sure the nodes are in topological order)."""
     g = model.graph
-    dropped = 0
-    while True:
-        uses = _uses(g)
-        dead = {k for k, n in enumerate(g.node) if not any(uses[o] for o in n.output if o)}
-        if not dead:
-            break
-        kept = [n for k, n in enumerate(g.node) if k not in dead]
-        del g.node[:]
-        g.node.extend(kept)
-        dropped += len(dead)
-    if dropped:
-        log.info("dropped %d node(s) of %s whose outputs nothing reads", dropped, g.name or "model")
+    used: Counter[str] = Counter(o.name for o in g.output)
+    keep = []
+    for n in reversed(g.node):
+        if any(used[o] for o in n.output if o):
+            keep.append(n)
+            used.update(_node_reads(n))
+    dropped = len(g.node) - len(keep)
+    del g.node[:]
+    g.node.extend(reversed(keep))
     return dropped
 
 
-def _node_inputs(g: onnx.GraphProto) -> list[str]:
-    """Every input name of the nodes of ``g`` and of their sub-graphs (which may read the
-    outer graph's values)."""
-    out = [x for n in g.node for x in n.input if x]
-    for n in g.node:
-        for a in n.attribute:
-            for sub in [a.g] if a.HasField("g") else list(a.graphs):
-                out += _node_inputs(sub) + [o.name for o in sub.output]
+def _node_reads(n: onnx.NodeProto) -> list[str]:
+    """The names ``n`` reads: its inputs and what its sub-graphs read of outer scopes."""
+    out = [x for x in n.input if x]
+    for a in n.attribute:
+        for sub in [a.g] if a.HasField("g") else list(a.graphs):
+            out += _node_inputs(sub) + [o.name for o in sub.output]
     return out
+
+
+def _node_inputs(g: onnx.GraphProto) -> list[str]:
+    """Every name the nodes of ``g`` read (:func:`_node_reads`)."""
+    return [x for n in g.node for x in _node_reads(n)]
 
 
 def _uses(g: onnx.GraphProto) -> Counter[str]:

@@ -401,11 +401,11 @@ def _declared_shapes(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     inits = {t.name for t in g.initializer}
     if any(static_dims(i.type) is None for i in g.input if i.name not in inits):
         return {}
-    ok = [vi for vi in [*g.value_info, *g.output] if static_dims(vi.type) is not None]
-    out = {vi.name: onnx.TypeProto() for vi in ok}
-    for vi in ok:
-        out[vi.name].CopyFrom(vi.type)
-    return out
+    return {  # copies: inference clears the shapes of the file's own
+        vi.name: onnx.TypeProto.FromString(vi.type.SerializeToString())
+        for vi in [*g.value_info, *g.output]
+        if static_dims(vi.type) is not None
+    }
 
 
 def _keep_declared(model: onnx.ModelProto, declared: Mapping[str, onnx.TypeProto]) -> None:

@@ -66,9 +66,8 @@ SIM_S_PER_NODE = 1.0e-6  # the same for partitions simulated as they are (plan/p
 SIM_S_PER_PART = 1.0e-5  # and per partition of the candidate
 #: wall seconds a CP-SAT solve is given at least, past the cap if need be: OR-Tools 9.15
 #: aborts the whole process (``Check failed: solution->size() == postsolve_mapping.size()``)
-#: when a solve of a hinted model is stopped by its wall-time limit early, during its presolve
-#: (one captured model replayed, not a benchmark: once in ~4,000 solves given 5-50 ms of wall
-#: time; never in 2,000 stopped by deterministic time instead, nor after its ~50 ms presolve)
+#: now and then when a solve of a hinted model is stopped by its wall-time limit early, during
+#: its presolve (seen replaying one captured model; never when deterministic time stopped it)
 MIN_WALL_S = 0.5
 START_S = 0.02  # auto's block floors and list heuristics: a fixed part,
 START_S_PER_NODE_UNIT2 = 1.2e-4  # and per node x units squared

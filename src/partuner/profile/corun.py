@@ -21,12 +21,9 @@ frames per second is its total time, bursts included. Many short rounds, alterna
 the drift over both sides; but a burst in a round or two of a few seconds' timing is not what
 a stream of minutes meets (the stream benchmark of 2026-11-26 12:37, pooling every run:
 1.00-1.15 on 11 of 12 models, 1.48 / 1.33 on one timed in a burst, whose plan then streamed
-4.9 % faster than predicted), so the two rounds at either end are left out. A burst can
-also last through most rounds (the stream benchmark of 2026-11-29 04:31: zoo:branchy's factors
-x1.785 / x1.690; its throughput plan then kept the two units from working at once and streamed
-0.99x the latency plan): a timing whose highest factor is :data:`BUSY_FACTOR` or more is timed
-once more after :data:`RETIME_PAUSE_S`, and of the two the one whose highest factor is lower
-kept (what the units cost each other is in both; a burst of the host's seldom in both). The planner
+4.9 % faster than predicted), so the two rounds at either end are left out. A burst through
+most rounds (docs/algorithms.md): a timing with a factor of :data:`BUSY_FACTOR` or more is timed
+once more after :data:`RETIME_PAUSE_S`, the one whose highest factor is lower kept. The planner
 scales a unit's partitions in a stream by it, in proportion to the time the other lanes are
 busy (``plan/stream.py``), and in a latency plan each partition by the share of its run that
 another lane works beside it (``plan/simulate.py``: branches run side by side).

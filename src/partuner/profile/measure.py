@@ -105,6 +105,12 @@ def overhead_model() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+_ORT_STATUS = re.compile(
+    r"^\[ONNXRuntimeError\] : \d+ : \w+ : (Non-zero status code returned while running )?"
+)
+_ORT_NODE = re.compile(r"(\w+) node\. Name:('[^']*') Status Message: (/\S+:\d+ \S+\([^)]*\) )?")
+
+
 def short_error(exc: BaseException) -> str:
     """``Type: first line`` of an exception, at most ~200 characters, without onnxruntime's
     boilerplate (its status prefix, the source file and function it failed in).
@@ -115,17 +121,7 @@ def short_error(exc: BaseException) -> str:
     "RuntimeError: Reshape node 'r': size == 4 was false. cannot reshape {2,4} to {1,4}"
     """
     text = (str(exc).strip().splitlines() or [""])[0]
-    text = re.sub(
-        r"^\[ONNXRuntimeError\] : \d+ : \w+ : (Non-zero status code returned while "
-        r"running )?",
-        "",
-        text,
-    )
-    text = re.sub(
-        r"(\w+) node\. Name:('[^']*') Status Message: (/\S+:\d+ \S+\([^)]*\) )?",
-        r"\1 node \2: ",
-        text,
-    )
+    text = _ORT_NODE.sub(r"\1 node \2: ", _ORT_STATUS.sub("", text))
     return f"{type(exc).__name__}: {text[:200]}"
 
 
