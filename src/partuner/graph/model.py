@@ -482,6 +482,12 @@ def _build(model: onnx.ModelProto, inputs: list[str], source: str) -> ModelGraph
             )
         itemsize = np.dtype(dtype).itemsize if dtype in np.sctypeDict else 1
         prod = v.producer()
+        if prod is not None and (n := math.prod(shape)) > MAX_INPUT_ELEMENTS:  # as inputs
+            raise InvalidModelError(
+                f"value {v.name!r} (output of node {prod.name!r} ({prod.op_type})) in {source} "
+                f"would hold {n:.3g} elements ({'x'.join(map(str, shape))}), more than "
+                f"{MAX_INPUT_ELEMENTS}: check the model's shapes"
+            )
         consumers = tuple(dict.fromkeys(n.name for n, _ in v.uses()))
         values[v.name] = ValueInfo(
             name=v.name,
