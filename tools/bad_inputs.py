@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import yaml
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "bad-input.md"
@@ -379,6 +379,17 @@ def _huge_fixed_input(d: Path) -> list[str]:
     return ["inspect", str(d / "m.onnx")]
 
 
+def _huge_computed_value(d: Path) -> list[str]:
+    shape = numpy_helper.from_array(np.array([200000, 50000], dtype=np.int64), "shape")
+    nodes = [helper.make_node("Expand", ["input", "shape"], ["big"], name="grow"),
+             helper.make_node("ReduceSum", ["big"], ["y"], keepdims=0, name="sum")]  # fmt: skip
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 50000])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [])
+    g = helper.make_graph(nodes, "t", [x], [y], [shape])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d / "m.onnx")
+    return ["profile", str(d / "m.onnx"), "--db", str(d / "p.db")]
+
+
 def _node_on_a_unit_without_its_op(d: Path) -> list[str]:
     _tiny(d)
     _plan(d)
@@ -607,6 +618,7 @@ CASES: list[Case] = [
     ),
     Case("profile store holding an SQL trigger", _trigger_store, unchanged=("p.db",)),
     Case("model input fixed to 1e15 elements", _huge_fixed_input),
+    Case("model expanding a small input to 1e10 elements", _huge_computed_value, absent=("p.db",)),
     Case(
         "units file whose `ops` list misspells an op type",
         _with(
