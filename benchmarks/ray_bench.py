@@ -53,7 +53,7 @@ from partuner.export import PartitionSpec, cut  # noqa: E402
 from partuner.graph import load_model, zoo  # noqa: E402
 from partuner.pipeline import reference_outputs  # noqa: E402
 from partuner.profile import ProfileStore, profile_model  # noqa: E402
-from partuner.profile.fleet import transport_costs  # noqa: E402
+from partuner.profile.fleet import FLEET_SIG, transport_costs  # noqa: E402
 from partuner.profile.load import is_busy  # noqa: E402
 from partuner.profile.measure import overhead_model, random_feeds  # noqa: E402
 from partuner.runtime import Session, check_outputs  # noqa: E402
@@ -144,6 +144,7 @@ def profiling(address: str, graph, rounds: int) -> dict[str, Any]:
     slowest: list[float] = []
 
     repairs: list[dict[str, Any]] = []
+    nodes: dict[str, list[dict[str, float]]] = {"at_once": [], "alone": []}
 
     def timed(names) -> float:
         # two kinds of unit of like cost (identical units would be profiled once, on one node)
@@ -153,6 +154,9 @@ def profiling(address: str, graph, rounds: int) -> dict[str, Any]:
         with ProfileStore(db) as store:
             profile_model(graph, us, store=store)
             wall = time.perf_counter() - t0
+            # each node's own profiling time (its fleet mark row), apart from this process's
+            walls = {n: node_wall(store, us[n].fingerprint()) for n in names}
+            nodes["at_once" if len(names) > 1 else "alone"].append(walls)
             if len(names) > 1:  # raylets of one machine make each other busy: the next run
                 fps = [us[n].fingerprint() for n in names]  # times those rows again
                 busy, top = busy_rows(store, fps)
@@ -191,7 +195,14 @@ def profiling(address: str, graph, rounds: int) -> dict[str, Any]:
         "slowest_alone_s": slowest,
         "ratio": p / s,
         "over_slowest": p / statistics.median(slowest),
+        "node_s": nodes,
     }
+
+
+def node_wall(store: ProfileStore, fp: str) -> float:
+    """Seconds the node took to profile the model, from its fleet mark row (0 if none)."""
+    marks = [m for sig, m in store.rows(fp) if sig.startswith(FLEET_SIG.split("#")[0])]
+    return marks[0].median_us / 1e6 if marks else 0.0
 
 
 def busy_rows(store: ProfileStore, fps: list[str]) -> tuple[int, float]:
@@ -323,6 +334,21 @@ def report(res: dict[str, Any]) -> None:
         f"{a / b:.2f}" for a, b in zip(p["parallel_s"], p["sequential_s"], strict=True)
     )
     print(f"| the same, each round's ratio (at once / one after the other) | - | {rounds} |")
+    ns = p.get("node_s")
+    if ns and ns["alone"] and ns["at_once"]:  # the nodes' own work, apart from this process's
+
+        def per(rows: list[dict[str, float]], n: str) -> str:
+            return "/".join(f"{r[n]:.1f}" for r in rows if n in r)
+
+        slow = [max(r.values()) for r in ns["at_once"]]
+        print(
+            "| the same, each node's own profiling per round (s; the rest of the wall is this "
+            f"process's: connecting, Ray's transport measured per node) | alone: a "
+            f"{per(ns['alone'], 'a')}, b {per(ns['alone'], 'b')} | at once: a "
+            f"{per(ns['at_once'], 'a')}, b {per(ns['at_once'], 'b')}; the rest "
+            + "/".join(f"{w - x:.1f}" for w, x in zip(p["parallel_s"], slow, strict=True))
+            + " |"
+        )
     reps = p.get("repairs", [])
     if reps:  # one row for the rounds at once: per round, comma-separated
 
