@@ -17,9 +17,14 @@ The stable API, importable from ``partuner`` directly (loaded on first use)::
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 __version__ = "0.1.0"
+
+# onnxruntime's telemetry (1.32 on Linux: a device id and an event store under ~/.cache), off
+# before anything here imports onnxruntime; a user who sets the variable keeps their choice
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 _API = {
     "load_model": "partuner.graph",

@@ -29,6 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+# the backends' telemetry off, as in partuner (partuner/__init__.py, units/openvino_unit.py)
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+
 FORMAT = "partuner-kit-results"
 VERSION = 1
 _LEVELS = {
@@ -150,6 +153,7 @@ class Backend:
             self.ort = ort
             self.version = str(ort.__version__)
         elif self.kind == "openvino":
+            sys.modules.setdefault("openvino_telemetry", None)  # type: ignore[arg-type]
             import openvino as ov
 
             self.ov = ov

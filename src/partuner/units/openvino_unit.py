@@ -27,6 +27,7 @@ than plain ``infer(dict)``.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -64,7 +65,13 @@ _core: Any = None
 
 
 def _import_openvino() -> Any:
-    """The openvino module; raises UnitUnavailableError saying how to install it."""
+    """The openvino module, imported without ``openvino_telemetry`` (importing openvino sends
+    Google Analytics an event and writes ~/intel unless the user opted out; its converter falls
+    back to a stub when that package is absent); raises UnitUnavailableError saying how to
+    install it."""
+    blocked = "openvino_telemetry" not in sys.modules
+    if blocked:
+        sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]
     try:
         import openvino
     except ImportError:
@@ -73,6 +80,9 @@ def _import_openvino() -> Any:
         raise UnitUnavailableError(
             f"openvino cannot be imported ({type(exc).__name__}: {exc}); reinstall it"
         ) from None
+    finally:
+        if blocked and sys.modules.get("openvino_telemetry", 0) is None:
+            del sys.modules["openvino_telemetry"]
     return openvino
 
 
