@@ -25,6 +25,7 @@ from partuner.cli.common import (
     model_argument,
     quiet_option,
     read_inputs,
+    refuse_overwrite,
     repeat_option,
     units_option,
 )
@@ -103,6 +104,7 @@ def batch_cmd(
         raise BatchError(f"--batch must be >= 1, got {batch}")
     if output is not None and not output.endswith(".npz"):
         raise BatchError(f"--output {output!r}: name a .npz file (numpy.load reads it)")
+    refuse_overwrite([model, units_file, db], [output], specs=inputs)
     bm = _load(model, input_shapes)
     feeds = read_inputs(inputs, bm.inputs) if inputs else {}
     missing = [n for n in bm.inputs if feeds and n not in feeds]

@@ -17,6 +17,7 @@ from partuner.cli.common import (
     input_shape_option,
     load_graph_and_plan,
     model_argument,
+    refuse_overwrite,
     units_option,
 )
 from partuner.cli.stages import load_units_cli
@@ -69,6 +70,7 @@ def export_cmd(
     from partuner.export.legalize import LegalizeOptions, export_legalized
     from partuner.pipeline import check_plan_model, plan_from_file
 
+    refuse_overwrite([model, plan_path, units_file], folder=output)
     g, pf = load_graph_and_plan(model, input_shapes, plan_path)
     if units_file:
         plan_from_file(pf, g, load_units_cli(units_file), runs=False)

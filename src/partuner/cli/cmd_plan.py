@@ -27,6 +27,7 @@ from partuner.cli.common import (
     load_graph,
     objective_options,
     quiet_option,
+    refuse_overwrite,
     skip_unavailable_option,
     units_option,
 )
@@ -102,6 +103,7 @@ def plan_cmd(
     from partuner.plan import Problem, critical_path_bound, get_scheduler
     from partuner.plan.auto import Auto  # noqa: F401  (registers "auto" and "exact")
 
+    refuse_overwrite([model, units_file, db, load_problem], [output, dump_problem])
     if model is None and load_problem is None:
         raise PartunerError("give a MODEL to profile and plan, or --load-problem PROBLEM.json")
     get_scheduler(scheduler)  # fail on a wrong name before profiling

@@ -15,6 +15,7 @@ from partuner.cli.common import (
     emit_json,
     handle_errors,
     json_option,
+    refuse_overwrite,
     repeat_option,
 )
 
@@ -54,6 +55,7 @@ def report_cmd(
     from partuner.export import atomic_write
     from partuner.report import render_report
 
+    refuse_overwrite([model, plan_path, units_file], [output], specs=inputs)
     r, ran = execute(
         model, input_shapes, plan_path, units_file, inputs, repeat, seed, timeout, fallback
     )

@@ -34,6 +34,7 @@ from partuner.cli.common import (
     model_argument,
     quiet_option,
     read_inputs,
+    refuse_overwrite,
     repeat_option,
     units_option,
 )
@@ -388,6 +389,7 @@ def run_cmd(
 ) -> None:
     """Run MODEL as PLAN's partitions, one worker per unit; measure and check it."""
     del quiet  # accepted as on the other commands: run shows no progress, only its result
+    refuse_overwrite([model, plan_path, units_file, db], [trace_path], specs=inputs)
     if stream_frames is not None:
         if fallback is not None or calibrate:
             raise PartunerError(

@@ -26,6 +26,7 @@ from partuner.cli.common import (
     model_argument,
     objective_options,
     quiet_option,
+    refuse_overwrite,
     repeat_option,
     skip_unavailable_option,
     units_option,
@@ -121,6 +122,7 @@ def tune_cmd(
         )
     name = Path(model[4:] if model.startswith("zoo:") else model).name.split(".")[0]
     outdir = Path(output) if output else Path("partuner-out") / name
+    refuse_overwrite([model, units_file, db], folder=str(outdir))
     quiet = quiet or as_json
     prof = profile_cli(
         *(g, us, db, quiet, skip_unavailable),

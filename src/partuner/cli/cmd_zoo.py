@@ -7,14 +7,14 @@ from pathlib import Path
 import click
 
 from partuner.cli import main
-from partuner.cli.common import WritePath, console, fail, handle_errors
+from partuner.cli.common import SEED, WritePath, console, fail, handle_errors
 
 
 @main.command("zoo")
 @click.argument("name", required=False)
 @click.option("-o", "--output", type=WritePath(dir_okay=False), help="Where to write the ONNX.")
 @click.option("--image-size", type=click.IntRange(min=16), default=224, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="Weights' random seed.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Weights' random seed.")
 @click.option("--list", "list_", is_flag=True, help="List the demo models.")
 @handle_errors
 def zoo_cmd(name: str | None, output: str | None, image_size: int, seed: int, list_: bool) -> None:

@@ -9,7 +9,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,6 +43,8 @@ __all__ = [
     "check_objective",
     "WritePath",
     "repeat_option",
+    "refuse_overwrite",
+    "SEED",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -70,6 +72,30 @@ class WritePath(click.Path):
                     self.fail(f"{str(folder)!r} is a file, not a folder; choose another path")
                 break
         return got
+
+
+def refuse_overwrite(
+    inputs: Iterable[str | None],
+    files: Iterable[str | None] = (),
+    folder: str | None = None,
+    specs: Iterable[str] = (),
+) -> None:
+    """Fail in one line when this command would write over one of its own ``inputs`` (model,
+    plan, units file, store) or ``--input`` ``specs`` (``NAME=FILE.npy``): as one of ``files``,
+    or inside ``folder`` (what ``export``/``tune`` write: plan, manifest, ``partitions/``)."""
+    ins: dict[Path, str] = {}
+    for path in [*inputs, *(s.split("=", 1)[-1] for s in specs)]:
+        if path and not path.startswith("zoo:") and Path(path).expanduser().is_file():
+            ins[Path(path).expanduser().resolve()] = path
+    out = [Path(f).expanduser().resolve() for f in files if f]
+    if folder:
+        top = Path(folder).expanduser().resolve()
+        out += [top / "plan.yaml", top / "manifest.json"]
+        out += [p for p in ins if top / "partitions" in p.parents]
+    for path in out:
+        if path in ins:
+            fail(f"{ins[path]} is an input of this command, and it would write over it: "
+                 "choose another output path")  # fmt: skip
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -130,10 +156,14 @@ def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(fn)
 
 
+#: a random seed: numpy's generators take 0 and up (a negative one was a traceback)
+SEED = click.IntRange(min=0, max=2**63 - 1)
+
+
 def input_options(fn: F) -> F:
     """``--input NAME=FILE.npy`` (repeatable) and ``--seed``: the model's inputs, from files
     or seeded random (:func:`read_inputs`)."""
-    fn = click.option("--seed", type=int, default=0, show_default=True,
+    fn = click.option("--seed", type=SEED, default=0, show_default=True,
                       help="Seed of the random inputs no --input gives.")(fn)  # fmt: skip
     return click.option(
         "--input",
@@ -204,7 +234,7 @@ def skip_unavailable_option(fn: F) -> F:
 def repeat_option(default: int, help: str) -> Callable[[F], F]:
     """``--repeat N``: how many timed runs (at least 1), with this command's default."""
     return click.option(
-        "--repeat", type=click.IntRange(min=1), default=default, show_default=True, help=help
+        "--repeat", type=click.IntRange(1, 1_000_000), default=default, show_default=True, help=help
     )
 
 

@@ -1,0 +1,113 @@
+"""Held-out trial, hostile inputs (round D): what a command writes never replaces what it reads;
+options out of range are one line; stores that are not partuner's are left as they are."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+from partuner.cli import main
+
+UNITS = "units:\n  cpu0: {backend: onnxruntime, threads: 1}\n"
+
+
+def _cli(*args: object) -> subprocess.CompletedProcess[str]:
+    r = CliRunner().invoke(main, list(map(str, args)), catch_exceptions=False)
+    return subprocess.CompletedProcess(args, r.exit_code, r.stdout, r.stderr)
+
+
+def _one_line(res: subprocess.CompletedProcess[str], *needles: str) -> str:
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("partuner: error: "), res.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    """A tiny model, a units file and a plan made for them."""
+    d = tmp_path_factory.mktemp("outputs")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), d / "m.onnx")
+    (d / "u.yaml").write_text(UNITS)
+    got = _cli("plan", d / "m.onnx", "--units", d / "u.yaml", "--db", d / "p.db", "-q",
+               "--time-limit", "1", "-o", d / "plan.yaml")  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    return d
+
+
+def test_a_negative_seed_is_one_line(files: Path) -> None:
+    d = files
+    _one_line(_cli("zoo", "squeezenet", "--seed", "-1", "-o", d / "z.onnx"), "'--seed'")
+    got = _cli("run", d / "m.onnx", "--plan", d / "plan.yaml", "--units", d / "u.yaml",
+               "--repeat", "1", "--seed", "-5")  # fmt: skip
+    _one_line(got, "'--seed'", "0<=x")
+    assert not (d / "z.onnx").exists()
+
+
+def test_repeat_has_an_upper_bound(files: Path) -> None:
+    d = files
+    got = _cli("run", d / "m.onnx", "--plan", d / "plan.yaml", "--repeat", "100000000")
+    _one_line(got, "'--repeat'")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("report", "{d}/m.onnx", "--plan", "{d}/plan.yaml", "-o", "{d}/m.onnx"),
+        ("report", "{d}/m.onnx", "--plan", "{d}/plan.yaml", "-o", "{d}/plan.yaml"),
+        ("run", "{d}/m.onnx", "--plan", "{d}/plan.yaml", "--trace", "{d}/m.onnx"),
+        (
+            "run",
+            "{d}/m.onnx",
+            "--plan",
+            "{d}/plan.yaml",
+            "--trace",
+            "{d}/u.yaml",
+            "--units",
+            "{d}/u.yaml",
+        ),  # fmt: skip
+        ("plan", "{d}/m.onnx", "--units", "{d}/u.yaml", "--db", "{d}/p.db", "-o", "{d}/m.onnx"),
+        ("plan", "{d}/m.onnx", "--db", "{d}/p.db", "--dump-problem", "{d}/p.db"),
+        ("export", "{d}/m.onnx", "--plan", "{d}/plan.yaml", "-o", "{d}"),
+        (
+            "tune",
+            "{d}/m.onnx",
+            "--units",
+            "{d}/u.yaml",
+            "--db",
+            "{d}/p.db",
+            "-o",
+            "{d}/t",
+            "--input-shape",
+            "x=1x4",
+        ),  # fmt: skip
+    ],
+)
+def test_an_output_over_an_input_is_refused(files: Path, args: tuple[str, ...]) -> None:
+    """Each of these exited 0 and left the model, plan or store replaced by what it wrote."""
+    d = files
+    if args[0] == "tune":  # the model sits where tune writes a partition
+        (d / "t" / "partitions").mkdir(parents=True, exist_ok=True)
+        (d / "t" / "partitions" / "p0.onnx").write_bytes((d / "m.onnx").read_bytes())
+        args = ("tune", "{d}/t/partitions/p0.onnx", *args[2:])
+    before = {p: p.read_bytes() for p in d.rglob("*") if p.is_file()}
+    _one_line(_cli(*(a.format(d=d) for a in args)), "is an input of this command")
+    assert {p: p.read_bytes() for p in d.rglob("*") if p.is_file()} == before
+
+
+def test_export_beside_its_inputs_still_writes(files: Path, tmp_path: Path) -> None:
+    """An output folder holding the model (not where a partition goes) is fine."""
+    (tmp_path / "m.onnx").write_bytes((files / "m.onnx").read_bytes())
+    got = _cli("export", tmp_path / "m.onnx", "--plan", files / "plan.yaml", "-o", tmp_path)
+    assert got.returncode == 0, got.stderr
+    assert (tmp_path / "plan.yaml").is_file()
