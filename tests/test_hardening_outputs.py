@@ -111,3 +111,32 @@ def test_export_beside_its_inputs_still_writes(files: Path, tmp_path: Path) -> N
     got = _cli("export", tmp_path / "m.onnx", "--plan", files / "plan.yaml", "-o", tmp_path)
     assert got.returncode == 0, got.stderr
     assert (tmp_path / "plan.yaml").is_file()
+
+
+def test_an_sqlite_file_of_something_else_is_left_as_it_is(files: Path, tmp_path: Path) -> None:
+    """partuner added its tables to it and switched it to WAL before finding it was not a
+    store."""
+    import sqlite3
+
+    db = tmp_path / "s.db"
+    with sqlite3.connect(db) as c:
+        c.execute("CREATE TABLE bookmarks (url TEXT)")
+        c.execute("INSERT INTO bookmarks VALUES ('http://x')")
+    c.close()
+    before = db.read_bytes()
+    got = _cli("profile", files / "m.onnx", "--units", files / "u.yaml", "--db", db, "-q")
+    _one_line(got, "not a partuner profile store", "bookmarks")
+    assert db.read_bytes() == before and sorted(tmp_path.iterdir()) == [db]
+
+
+@pytest.mark.parametrize("schema", ["0", "-7"])
+def test_a_store_of_no_version_partuner_writes_is_refused(files: Path, tmp_path, schema) -> None:
+    import sqlite3
+
+    db = tmp_path / "p.db"
+    with sqlite3.connect(db) as c:
+        c.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        c.execute("INSERT INTO meta VALUES ('schema', ?)", (schema,))
+    c.close()
+    got = _cli("profile", files / "m.onnx", "--units", files / "u.yaml", "--db", db, "-q")
+    _one_line(got, "no version partuner writes")

@@ -81,6 +81,8 @@ CREATE TABLE IF NOT EXISTS conditions (
 );
 """
 
+_TABLES = frozenset({"meta", "units", "measurements", "conditions"})
+
 #: a row's status: timed; the unit cannot run the item (for good); timing it failed (retried)
 OK, UNSUPPORTED, FAILED = "ok", "unsupported", "failed"
 
@@ -190,6 +192,18 @@ class ProfileStore:
                 f"profile store {self.path} holds an SQL trigger {hook[0]!r}, which partuner never"
                 " creates and which would run on every write; use another --db, or drop it"
             )
+        # an SQLite file of something else (tables partuner never makes) is left as it is
+        names = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
+        foreign = sorted(n for n in names - _TABLES if not n.startswith("sqlite_"))
+        if foreign:
+            raise ProfileError(
+                f"{self.path} is an SQLite database but not a partuner profile store (it holds "
+                f"{', '.join(foreign[:3])}); pass another --db (it was left as it was)"
+            )
+        if "meta" in names:
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is not None:
+                self._check_version(row[0])
         # Switching a new file to WAL takes an exclusive lock that SQLite does not wait for
         # (no busy handler): two processes creating one store at once get "locked" at once.
         deadline = time.monotonic() + 30.0
@@ -214,6 +228,8 @@ class ProfileStore:
     def _check_version(self, value: str) -> None:
         try:
             version = int(value)
+            if version < 1:
+                raise ValueError(value)
         except (TypeError, ValueError):
             raise ProfileError(
                 f"profile store {self.path} has schema {str(value)[:40]!r}, which is no version "
