@@ -140,3 +140,27 @@ def test_a_store_of_no_version_partuner_writes_is_refused(files: Path, tmp_path,
     c.close()
     got = _cli("profile", files / "m.onnx", "--units", files / "u.yaml", "--db", db, "-q")
     _one_line(got, "no version partuner writes")
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "UPDATE units SET description = x'ffff'",
+        "UPDATE measurements SET created = 'yesterday'",
+        "UPDATE measurements SET created = 1e300",
+        "UPDATE measurements SET fingerprint = x'00ff'",
+    ],
+)
+def test_show_lists_a_store_edited_by_hand(files: Path, tmp_path: Path, edit: str) -> None:
+    """`profile --show` was a traceback (rich, json, OverflowError) where plan read it fine."""
+    import shutil
+    import sqlite3
+
+    db = tmp_path / "p.db"
+    shutil.copy(files / "p.db", db)
+    with sqlite3.connect(db) as c:
+        c.execute(edit)
+    c.close()
+    for extra in ((), ("--json",)):
+        got = _cli("profile", "--show", "--db", db, *extra)
+        assert got.returncode == 0 and "Traceback" not in got.stderr, got.stderr

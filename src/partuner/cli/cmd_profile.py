@@ -257,7 +257,8 @@ def _show(db: str | None, as_json: bool) -> None:
         for c in cols:
             t.add_column(c)
         for r in rows:
-            last = datetime.datetime.fromtimestamp(r["last"]).isoformat(timespec="seconds")
+            when = r["last"]
+            last = "-" if when is None else datetime.datetime.fromtimestamp(when).isoformat()[:19]
             t.add_row(
                 r["fingerprint"],
                 r["unit"][:60],

@@ -425,16 +425,24 @@ class ProfileStore:
             ).fetchall()
         return [
             {
-                "fingerprint": r[0],
-                **_unit_fields(r[1]),
+                "fingerprint": _text(r[0]),
+                **_unit_fields(_text(r[1])),
                 "rows": r[2],
                 "unsupported": r[3] or 0,
                 "failed": r[4] or 0,
                 "busy": r[6] or 0,
-                "last": r[5],
+                # a time partuner wrote (seconds since 1970), else None: the file was edited
+                "last": float(r[5]) if type(r[5]) in (int, float) and 0 <= r[5] < 1e11 else None,
             }
             for r in rows
         ]
+
+
+def _text(value: object) -> str:
+    """A column partuner writes as text, as text whatever an edit of the file left there."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else str(value)
 
 
 def _unit_fields(description: str) -> dict[str, object]:
