@@ -164,3 +164,25 @@ def test_show_lists_a_store_edited_by_hand(files: Path, tmp_path: Path, edit: st
     for extra in ((), ("--json",)):
         got = _cli("profile", "--show", "--db", db, *extra)
         assert got.returncode == 0 and "Traceback" not in got.stderr, got.stderr
+
+
+def test_a_plan_file_too_large_is_refused_unparsed(files: Path, tmp_path, monkeypatch) -> None:
+    """A 200 MB plan file ran for minutes without a word; the cap is checked before parsing."""
+    import partuner.yamlfile as yf
+
+    monkeypatch.setattr(yf, "YAML_MAX_BYTES", 1 << 10)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text((files / "plan.yaml").read_text() + "# " + "y" * 2000 + "\n")
+    got = _cli("export", files / "m.onnx", "--plan", plan, "-o", tmp_path / "o")
+    _one_line(got, "larger than", "is it a plan file?")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_key_twice_in_a_plan_file_is_named(files: Path, tmp_path: Path) -> None:
+    """YAML keeps the last of two keys: a plan with `partuner:` twice was refused for a missing
+    partitions list, naming nothing of what was wrong."""
+    text = (files / "plan.yaml").read_text()
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(text + "partuner: {version: 1}\n")
+    got = _cli("export", files / "m.onnx", "--plan", plan, "-o", tmp_path / "o")
+    _one_line(got, "key 'partuner' appears twice")

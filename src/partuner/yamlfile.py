@@ -18,10 +18,39 @@ import yaml
 
 from partuner.errors import PartunerError
 
-__all__ = ["YAML_MAX_VALUES", "read_yaml", "yaml_expanded", "yaml_refusal"]
+__all__ = [
+    "YAML_MAX_BYTES",
+    "YAML_MAX_VALUES",
+    "UniqueKeyLoader",
+    "read_yaml",
+    "yaml_expanded",
+    "yaml_refusal",
+]
 
 #: the most values a YAML file partuner reads may hold once its aliases are expanded
 YAML_MAX_VALUES = 1_000_000
+#: the largest YAML file partuner reads (a plan of 100,000 nodes takes a few MB; PyYAML reads
+#: about a MB a second, and a 200 MB plan file ran for minutes without a word)
+YAML_MAX_BYTES = 32 << 20
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one mapping (YAML keeps the last)."""
+
+
+def _construct_mapping(loader: UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
+    seen: set[object] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, str | int | float | bool) and key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} appears twice", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def read_yaml(
@@ -51,6 +80,10 @@ def read_yaml(
         what = "is a folder, not a YAML file" if p.is_dir() else "not found"
         raise fail(f"{p} {what}")
     try:
+        if p.stat().st_size > YAML_MAX_BYTES:
+            raise fail(
+                f"{p} is larger than {YAML_MAX_BYTES >> 20} MiB, more than partuner reads; {hint}"
+            )
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise fail(f"{p} is not a UTF-8 text file; {hint}") from None

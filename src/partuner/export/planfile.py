@@ -46,7 +46,7 @@ from typing import Any
 import yaml
 
 from partuner.errors import PlanFileError
-from partuner.yamlfile import read_yaml
+from partuner.yamlfile import UniqueKeyLoader, read_yaml
 
 __all__ = [
     "PlanFile",
@@ -401,7 +401,7 @@ def read_plan(path: str | Path) -> PlanFile:
     where = str(p)
     if not p.is_file():
         raise PlanFileError(f"plan file not found: {p}")
-    doc = read_yaml(p, PlanFileError, "is it a plan file?")
+    doc = read_yaml(p, PlanFileError, "is it a plan file?", loader=UniqueKeyLoader)
     if not isinstance(doc, dict):
         raise PlanFileError(f"{where} is not a plan file (expected a YAML mapping)")
     own = doc.get("partuner")

@@ -42,11 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from partuner.errors import UnitError, UnitsFileError
 from partuner.units.base import Unit, backend_names, get_backend
-from partuner.yamlfile import read_yaml
+from partuner.yamlfile import UniqueKeyLoader, read_yaml
 
 __all__ = [
     "DEFAULT_LINK",
@@ -234,25 +232,6 @@ def _openvino_unit(cores: list[int]) -> Unit | None:
     return unit
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects a key given twice in one mapping (YAML keeps the last)."""
-
-
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
-    seen: set[object] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if isinstance(key, str | int | float | bool) and key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} appears twice", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def load_units(path: str | Path | None) -> UnitSet:
     """Read a units file (see the module docstring); ``None`` gives :func:`default_units`.
 
@@ -269,7 +248,7 @@ def load_units(path: str | Path | None) -> UnitSet:
             f"units file {what}: {p}; pass a YAML units file (see docs/units.md) or leave it "
             "out to get one onnxruntime unit per core"
         )
-    data = read_yaml(p, UnitsFileError, "fix the YAML (docs/units.md)", loader=_UniqueKeyLoader)
+    data = read_yaml(p, UnitsFileError, "fix the YAML (docs/units.md)", loader=UniqueKeyLoader)
     return _from_mapping(data, str(p))
 
 
