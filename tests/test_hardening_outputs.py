@@ -186,3 +186,11 @@ def test_a_key_twice_in_a_plan_file_is_named(files: Path, tmp_path: Path) -> Non
     plan.write_text(text + "partuner: {version: 1}\n")
     got = _cli("export", files / "m.onnx", "--plan", plan, "-o", tmp_path / "o")
     _one_line(got, "key 'partuner' appears twice")
+
+
+def test_a_batch_too_large_for_its_inputs_is_refused_at_once(files: Path) -> None:
+    """`batch --batch 1000000000` timed batch sizes 1, 2, 4, ... and took gigabytes of memory
+    without a word."""
+    got = _cli("batch", files / "m.onnx", "--units", files / "u.yaml", "--db", files / "p.db",
+               "--batch", "1000000000", "--repeat", "1", "-q")  # fmt: skip
+    _one_line(got, "a batch of 1000000000 makes input 'x' 4e+09 elements")

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from partuner.batch.model import BatchModel
+from partuner.graph.model import MAX_INPUT_ELEMENTS
 from partuner.profile.measure import random_feeds, time_call
 from partuner.profile.store import Measurement, ProfileStore
 from partuner.units import Unit, UnitSet
@@ -280,6 +281,13 @@ def profile_batches(
 
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
         raise BatchError(f"batch size must be an integer >= 1, got {max_batch!r}")
+    one = model.at(1)  # what one item holds, before sizes up to max_batch are made and timed
+    for name in one.inputs:
+        if (n := max_batch * math.prod(one.values[name].shape)) > MAX_INPUT_ELEMENTS:
+            raise BatchError(
+                f"a batch of {max_batch} makes input {name!r} {n:.3g} elements, more than "
+                f"{MAX_INPUT_ELEMENTS}: split it into smaller batches"
+            )
     names = list(unit_names) if unit_names is not None else list(units.units)
     for name in names:
         ok, why = units[name].availability()
