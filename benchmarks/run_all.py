@@ -256,6 +256,18 @@ SUITE = [
         "issue 19's.",
     ),
     (
+        "ray_inputs",
+        "ray_inputs_bench.py",
+        [],
+        "Where a batch split across two Ray nodes loses (issue 19): the cluster of `ray` (two "
+        "raylets on this machine, units `a` and `b` pinned to cores 0 and 1, the driver on `a`'s"
+        " node), the batch split evenly, and each unit alone on the whole batch, with the inputs"
+        " sent each run (as `partuner batch` does: Ray copies them into this node's store and "
+        "`b`'s node pulls its share) against put once and left on the nodes; per mode the split's"
+        " throughput over the sum of each unit's alone, and the CPU time the whole machine spent"
+        " per split run (/proc/stat). Rounds alternate which mode goes first; medians of rounds.",
+    ),
+    (
         "example",
         "example_tune.py",
         [],

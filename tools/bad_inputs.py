@@ -379,6 +379,15 @@ def _huge_fixed_input(d: Path) -> list[str]:
     return ["inspect", str(d / "m.onnx")]
 
 
+def _foreign_sqlite(d: Path) -> list[str]:
+    _tiny(d)
+    db = sqlite3.connect(d / "s.db")
+    with db:
+        db.execute("CREATE TABLE bookmarks (url TEXT)")
+    db.close()
+    return ["profile", str(d / "m.onnx"), "--db", str(d / "s.db"), "-q"]
+
+
 def _huge_computed_value(d: Path) -> list[str]:
     shape = numpy_helper.from_array(np.array([200000, 50000], dtype=np.int64), "shape")
     nodes = [helper.make_node("Expand", ["input", "shape"], ["big"], name="grow"),
@@ -619,6 +628,13 @@ CASES: list[Case] = [
     Case("profile store holding an SQL trigger", _trigger_store, unchanged=("p.db",)),
     Case("model input fixed to 1e15 elements", _huge_fixed_input),
     Case("model expanding a small input to 1e10 elements", _huge_computed_value, absent=("p.db",)),
+    Case("`--db` an SQLite file of something else", _foreign_sqlite, unchanged=("s.db",)),
+    Case(
+        "`-o` naming the command's own model",
+        _args("plan", "{d}/m.onnx", "--time-limit", "1", "-o", "{d}/m.onnx"),
+        unchanged=("m.onnx",),
+    ),
+    Case("negative `--seed`", _args("zoo", "squeezenet", "--seed", "-1", "-o", "{d}/z.onnx")),
     Case(
         "units file whose `ops` list misspells an op type",
         _with(
