@@ -194,3 +194,16 @@ def test_a_batch_too_large_for_its_inputs_is_refused_at_once(files: Path) -> Non
     got = _cli("batch", files / "m.onnx", "--units", files / "u.yaml", "--db", files / "p.db",
                "--batch", "1000000000", "--repeat", "1", "-q")  # fmt: skip
     _one_line(got, "a batch of 1000000000 makes input 'x' 4e+09 elements")
+
+
+@pytest.mark.parametrize(
+    ("written", "fix"), [("1e-300", "1.0e-300"), ("2E3", "2.0e+3"), ("1.5e3", "1.5e+3")]
+)
+def test_a_number_yaml_reads_as_text_says_how_to_write_it(tmp_path: Path, written, fix) -> None:
+    """YAML 1.1 reads 1e-300 as text: the error said 'must be a finite number' of what the
+    user wrote as one; it now says how to write it, and that way is read as a number."""
+    units = tmp_path / "u.yaml"
+    units.write_text(f"units:\n  npu: {{backend: modeled, gflops: {written}, gbps: 10}}\n")
+    _one_line(_cli("units", "--units", units), f"write {fix}, with a dot and a signed exponent")
+    units.write_text(f"units:\n  npu: {{backend: modeled, gflops: {fix}, gbps: 10}}\n")
+    assert _cli("units", "--units", units).returncode == 0

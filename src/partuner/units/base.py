@@ -407,7 +407,12 @@ def opt_number(
     if value is REQUIRED:
         raise UnitError(f"option {key!r} is required{hint}")
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise UnitError(f"option {key!r} must be a finite number, got {value!r}")
+        hint = ""
+        if isinstance(value, str) and re.fullmatch(r"[-+]?(\d+|\d*\.\d+)[eE][-+]?\d+", value):
+            mant, exp = value.lower().split("e")
+            mant, exp = mant if "." in mant else mant + ".0", exp if exp[0] in "+-" else "+" + exp
+            hint = f" (YAML reads it as text: write {mant}e{exp}, with a dot and a signed exponent)"
+        raise UnitError(f"option {key!r} must be a finite number, got {value!r}{hint}")
     if positive and value <= 0:
         raise UnitError(f"option {key!r} must be > 0, got {value}")
     if minimum is not None and value < minimum:
