@@ -34,10 +34,12 @@ Writes benchmarks/results/ray.json and prints a markdown table with the goal lin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,24 @@ def ray_units(address: str, names=("a", "b"), kinds: dict | None = None) -> Any:
         for n in names
     }
     return units_from_mapping({"ray": {"address": address}, "units": units}, "ray bench")
+
+
+@contextlib.contextmanager
+def two_node_cluster() -> Iterator[str]:
+    """A local Ray cluster of two raylets, one CPU each (resources ``node-a``, ``node-b``; the
+    driver on ``node-a``'s): yields its address, shut down after."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"node-a": 1}})
+    c.add_node(num_cpus=1, resources={"node-b": 1})
+    c.wait_for_nodes()
+    try:
+        yield c.address
+    finally:
+        ray.shutdown()
+        c.shutdown()
 
 
 def release(us: Any) -> None:
@@ -264,26 +284,15 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.batch, args.runs, args.batch_models = 1, 16, 20, "squeezenet"
-    logging.getLogger("ray").setLevel(logging.ERROR)
-    from ray.cluster_utils import Cluster
-
     t_start = time.perf_counter()
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"node-a": 1}})
-    c.add_node(num_cpus=1, resources={"node-b": 1})
-    c.wait_for_nodes()
-    graph = load_model(zoo.build(args.model, image_size=args.size))
-    try:
-        over = call_overhead(c.address, graph, args.parts, args.runs)
-        prof = profiling(c.address, graph, args.rounds)
+    with two_node_cluster() as address:
+        graph = load_model(zoo.build(args.model, image_size=args.size))
+        over = call_overhead(address, graph, args.parts, args.runs)
+        prof = profiling(address, graph, args.rounds)
         bat = [
-            batch(c.address, m, args.batch_image, args.batch, 10)
+            batch(address, m, args.batch_image, args.batch, 10)
             for m in args.batch_models.split(",")
         ]
-    finally:
-        import ray
-
-        ray.shutdown()
-        c.shutdown()
     res = {
         "machine": machine(),
         "command": "python benchmarks/ray_bench.py " + " ".join(sys.argv[1:]),

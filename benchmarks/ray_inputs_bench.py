@@ -24,7 +24,6 @@ Writes benchmarks/results/ray_inputs.json and prints a markdown table.
 from __future__ import annotations
 
 import argparse
-import logging
 import statistics
 import sys
 import time
@@ -37,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import cpu_seconds, machine, write_result  # noqa: E402
-from ray_bench import ray_units, release  # noqa: E402
+from ray_bench import ray_units, release, two_node_cluster  # noqa: E402
 
 from partuner.batch import BatchModel  # noqa: E402
 from partuner.graph import zoo  # noqa: E402
@@ -133,23 +132,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=8)
     args = ap.parse_args()
-    logging.getLogger("ray").setLevel(logging.ERROR)
-    from ray.cluster_utils import Cluster
-
     t_start = time.perf_counter()
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"node-a": 1}})
-    c.add_node(num_cpus=1, resources={"node-b": 1})
-    c.wait_for_nodes()
-    try:
+    with two_node_cluster() as address:
         rows = [
-            measure(c.address, m, args.batch, args.rounds, args.runs)
-            for m in args.models.split(",")
+            measure(address, m, args.batch, args.rounds, args.runs) for m in args.models.split(",")
         ]
-    finally:
-        import ray
-
-        ray.shutdown()
-        c.shutdown()
     res = {
         "machine": machine(),
         "command": "python benchmarks/ray_inputs_bench.py " + " ".join(sys.argv[1:]),
