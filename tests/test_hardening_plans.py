@@ -20,7 +20,14 @@ from onnx import TensorProto, helper
 
 from partuner.cli import main
 from partuner.errors import PartunerError, PlanFileError
-from partuner.export import PartitionSpec, PlanFile, export_plan, read_plan, write_plan
+from partuner.export import (
+    PartitionSpec,
+    PlanFile,
+    export_plan,
+    read_plan,
+    warn_keys_differ,
+    write_plan,
+)
 from partuner.export.legalize import LegalizeOptions, export_legalized
 from partuner.graph import load_model
 
@@ -719,7 +726,7 @@ def test_a_misspelt_key_of_the_partuner_section_is_refused_with_a_suggestion(tmp
 
 def test_nestc_keys_out_of_line_with_the_partuner_section_are_named(tmp_path, caplog):
     """partuner runs its own section (hand edits included); NEST-C reads the keys. When they
-    describe different plans, the reader says so, naming the first node; a partition count
+    describe different plans, partuner says so, naming the first node; a partition count
     that does not match the partition names is refused."""
     plan = PlanFile(
         partitions=[PartitionSpec("p0", "cpu", ("a",)), PartitionSpec("p1", "npu", ("b",))],
@@ -735,8 +742,12 @@ def test_nestc_keys_out_of_line_with_the_partuner_section_are_named(tmp_path, ca
     path.write_text(yaml.safe_dump(doc))
     with caplog.at_level("WARNING", logger="partuner.export.planfile"):
         got = read_plan(path)
+        assert not caplog.records  # said once the plan is accepted (warn_keys_differ)
+        warn_keys_differ(got)
+        warn_keys_differ(got)
     assert got.partitions[1].unit == "cpu"
     assert "node 'b': p1/cpu in partuner.partitions, p1/npu in nodeToPartition" in caplog.text
+    assert caplog.text.count("describe another plan") == 1
     doc["numOfPartitions"] = 5
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(PlanFileError, match="numOfPartitions is 5 but partitionNames lists 2"):
@@ -768,3 +779,91 @@ def test_a_python_yaml_tag_is_called_refused_not_a_syntax_error(tmp_path, model_
     line = _fails_cleanly(_cli("check", model_file, *args), "python/object/apply:os.system")
     assert "refuses" in line and "syntax" not in line and "not valid YAML" not in line
     assert not (tmp_path / "owned.txt").exists() and not Path("owned.txt").exists()
+
+
+# -- held-out trial: partitions listed before those they read from; a refused plan, one line -----
+
+
+def _nestc_plan(path: Path, parts: list[tuple[str, str, list[str]]]) -> Path:
+    """A NEST-C-only plan: the partitions in the order given."""
+    doc = {
+        "funcName": "tiny.onnx",
+        "numOfPartitions": len(parts),
+        "backendNames": ":".join(u for _, u, _ in parts),
+        "partitionNames": ":".join(n for n, _, _ in parts),
+        "nodeToPartition": ":".join(f"{n}-{i}" for i, (_, _, ns) in enumerate(parts) for n in ns),
+    }
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_dependency_order_keeps_an_ordered_list_and_puts_readers_after(graph):
+    from partuner.export import dependency_order
+
+    ok = [PartitionSpec(f"p{i}", "cpu", (n,)) for i, n in enumerate(NODES)]
+    assert dependency_order(graph, ok) == ok
+    assert dependency_order(graph, ok[::-1]) == ok
+    mixed = [ok[1], ok[0], ok[3], ok[2]]  # each reader just before what it reads
+    assert [p.name for p in dependency_order(graph, mixed)] == ["p0", "p1", "p2", "p3"]
+
+
+def test_a_plan_listing_a_reader_first_runs_and_exports_in_dependency_order(
+    tmp_path, model_file, caplog
+):
+    """A unit runs its partitions in the order listed: a plan listing p0 (reads p1's output)
+    first could never run ("a cycle"); it is run in dependency order with a warning, and export
+    writes the NEST-C keys in that order, with the units of --units, so the written plan runs."""
+    units = tmp_path / "u.yaml"
+    units.write_text(yaml.safe_dump({"units": {"cpu": CPU}}))
+    plan = _nestc_plan(
+        tmp_path / "p.yaml", [("p0", "cpu", ["n2", "n3"]), ("p1", "cpu", ["n0", "n1"])]
+    )
+    r = _cli("check", model_file, "--plan", plan, "--units", units)
+    assert r.exit_code == 0, r.output
+    assert "lists partition 'p1' after partitions that read from it" in caplog.text
+    out = tmp_path / "out"
+    r = _cli("export", model_file, "--plan", plan, "--units", units, "-o", out)
+    assert r.exit_code == 0, r.output
+    doc = yaml.safe_load((out / "plan.yaml").read_text())
+    assert doc["partitionNames"] == "p1:p0" and doc["nodeToPartition"].startswith("n0-0:n1-0")
+    assert doc["partuner"]["units"] == {"cpu": {**CPU, **doc["partuner"]["units"]["cpu"]}}
+    caplog.clear()
+    r = _cli("check", model_file, "--plan", out / "plan.yaml")  # its own units section
+    assert r.exit_code == 0 and not caplog.records, r.output
+
+
+def test_a_session_given_partitions_out_of_order_names_them(graph):
+    from partuner.export import cut
+    from partuner.runtime import Session
+    from partuner.units import units_from_mapping
+
+    units = units_from_mapping({"units": {"cpu": CPU}}, "test")
+    parts = cut(
+        graph, [PartitionSpec("late", "cpu", NODES[2:]), PartitionSpec("early", "cpu", NODES[:2])]
+    )
+    with pytest.raises(PartunerError, match="'late' on 'cpu' waits on 'early' on 'cpu'"):
+        Session(graph, parts, units)
+
+
+def test_a_refused_plan_whose_nestc_keys_differ_gets_its_error_alone(tmp_path, model_file, caplog):
+    """The warning that the NEST-C keys describe another plan comes only for a plan that is
+    accepted; a refused plan gets its error as one line."""
+    from partuner.export import write_plan
+
+    path = tmp_path / "p.yaml"
+    write_plan(
+        PlanFile([PartitionSpec("p0", "cpu", NODES)], model="tiny.onnx", units={"cpu": CPU}), path
+    )
+    doc = yaml.safe_load(path.read_text())
+    doc["partuner"]["partitions"][0]["unit"] = "gpu7"  # the section edited, the keys not
+    path.write_text(yaml.safe_dump(doc))
+    _fails_cleanly(_cli("check", model_file, "--plan", path), "gpu7")
+    assert not caplog.records
+    doc["partuner"]["partitions"][0]["unit"] = "cpu"
+    doc["nodeToPartition"] = doc["nodeToPartition"].replace("n3-0", "n3-0").replace("n0-0:", "")
+    doc["partuner"]["partitions"][0]["nodes"] = list(NODES)
+    doc["backendNames"] = "npu"
+    path.write_text(yaml.safe_dump(doc))
+    r = _cli("check", model_file, "--plan", path)
+    assert r.exit_code == 0, r.output
+    assert caplog.text.count("describe another plan") == 1

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from partuner.errors import InfeasiblePlanError, PartunerError, PlanFileError
+from partuner.errors import InfeasiblePlanError, PartunerError
 from partuner.export import PartitionModel, PartitionSpec, PlanFile, cut, export_plan
 from partuner.graph import ModelGraph
 from partuner.plan import (
@@ -31,11 +31,12 @@ from partuner.plan import (
     plan_from_schedule,
 )
 from partuner.plan import lower_bound as problem_lower_bound
+from partuner.plan_checks import check_plan_model, plan_from_file, unsupported_nodes
 from partuner.profile import Profile
 from partuner.profile.load import LoadMeter, is_busy
 from partuner.profile.measure import random_feeds
 from partuner.runtime import CheckResult, Session, check_outputs
-from partuner.units import Unit, UnitSet
+from partuner.units import UnitSet
 
 __all__ = [
     "build_problem",
@@ -46,6 +47,7 @@ __all__ = [
     "proven_lower_bound",
     "check_plan_model",
     "reference_outputs",
+    "unsupported_nodes",
     "measure_session",
     "measure_whole",
     "RunStats",
@@ -311,72 +313,6 @@ def plan_file(plan: Plan, graph: ModelGraph, units: UnitSet) -> PlanFile:
         units={u: units[u].spec() for u in plan.units},
         parallel=plan.parallel_groups(),
     )
-
-
-def _units_named(units: UnitSet) -> str:
-    """Where ``units`` came from, for messages: a file, a plan's section or the defaults."""
-    if units.source in ("", "default"):
-        return "this machine's default units"
-    return str(units.source)
-
-
-def plan_from_file(
-    pf: PlanFile,
-    graph: ModelGraph,
-    units: UnitSet,
-    problem: Problem | None = None,
-    *,
-    fallback: str | None = None,
-    runs: bool = True,
-) -> PlanFile:
-    """Check an imported plan against the model and units; re-predict it if a problem is given.
-
-    With ``fallback`` (a unit of ``units``), partitions on units the units file does not define
-    are allowed: the runtime runs them on the fallback unit. ``runs``: the command runs the
-    plan (its error then names ``--fallback``, which only such commands have)."""
-    unknown = sorted({p.unit for p in pf.partitions} - set(units.units))
-    if unknown and fallback is None:
-        raise PlanFileError(
-            f"plan {pf.source} uses unit(s) {unknown} not defined in {_units_named(units)} "
-            f"(known: {list(units.units)}); pass the units file the plan was made with "
-            "(--units)"
-            + (", or --fallback UNIT to run their partitions on another unit" if runs else "")
-        )
-    check_plan_model(pf, graph)
-    for part in pf.partitions:
-        if part.unit not in units.units:
-            continue  # on the fallback unit (checked above)
-        bad = unsupported_nodes(graph, units[part.unit], part.nodes)
-        if bad:
-            op = graph.node(bad[0]).op_type
-            raise PlanFileError(
-                f"plan {pf.source} puts node {bad[0]!r} ({op}) in partition {part.name!r} on "
-                f"unit {part.unit!r}, whose ops list leaves out {op}"
-                + (f" ({len(bad)} such nodes)" if len(bad) > 1 else "")
-                + "; move it to a unit that runs it, or plan again"
-            )
-    if problem is not None:
-        plan = plan_from_assignment(problem, pf.node_unit)
-        pf.predicted_us = plan.predicted_us
-    return pf
-
-
-def unsupported_nodes(graph: ModelGraph, unit: Unit, nodes: Sequence[str]) -> list[str]:
-    """The nodes of ``nodes`` that ``unit`` cannot run (its ``ops`` list leaves them out)."""
-    return [n for n in nodes if not unit.supports(graph.node(n), graph)]
-
-
-def check_plan_model(pf: PlanFile, graph: ModelGraph) -> None:
-    """Raise PlanFileError if ``pf`` was made for another model: other input shapes, or nodes
-    the model does not have (or its nodes left out)."""
-    for name, dims in pf.input_shapes.items():
-        if name in graph.values and list(graph.values[name].shape) != list(dims):
-            raise PlanFileError(
-                f"plan {pf.source or '(in memory)'} was made for input {name!r} of shape {dims}, "
-                "the model has "
-                f"{list(graph.values[name].shape)}; is the plan for another model?"
-            )
-    cut(graph, pf.partitions, check=False)  # names every unknown/missing node
 
 
 def reference_outputs(graph: ModelGraph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

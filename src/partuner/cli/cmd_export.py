@@ -73,7 +73,10 @@ def export_cmd(
     refuse_overwrite([model, plan_path, units_file], folder=output)
     g, pf = load_graph_and_plan(model, input_shapes, plan_path)
     if units_file:
-        plan_from_file(pf, g, load_units_cli(units_file), runs=False)
+        units = load_units_cli(units_file)
+        plan_from_file(pf, g, units, runs=False)
+        if not pf.units:  # a NEST-C plan: its units are those of the file given
+            pf.units = {u: units[u].spec() for u in dict.fromkeys(p.unit for p in pf.partitions)}
     else:
         check_plan_model(pf, g)
     options = LegalizeOptions(opset, fold_constants, legal_names, external_data_threshold)

@@ -1,6 +1,6 @@
 """Plan -> partition sub-models (ONNX), the plan file (NEST-C keys + partuner's), the manifest."""
 
-from partuner.export.cut import PartitionModel, cut, cut_nodes, partition_order
+from partuner.export.cut import PartitionModel, cut, cut_nodes, dependency_order, partition_order
 from partuner.export.planfile import (
     PartitionSpec,
     PlanFile,
@@ -8,6 +8,7 @@ from partuner.export.planfile import (
     atomic_write,
     plan_to_dict,
     read_plan,
+    warn_keys_differ,
     write_plan,
 )
 from partuner.export.writer import export_plan, manifest
@@ -20,10 +21,12 @@ __all__ = [
     "atomic_write",
     "cut",
     "cut_nodes",
+    "dependency_order",
     "export_plan",
     "manifest",
     "partition_order",
     "plan_to_dict",
     "read_plan",
+    "warn_keys_differ",
     "write_plan",
 ]

@@ -8,8 +8,10 @@ reads one gets its own copy, so no constant ever crosses a unit boundary.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 import numpy as np
 import onnx
@@ -19,7 +21,10 @@ from partuner.errors import InvalidModelError, PartitionCycleError, PlanFileErro
 from partuner.graph import ModelGraph
 from partuner.graph.subgraphs import outer_names
 
-__all__ = ["PartitionModel", "cut", "cut_nodes", "for_unit_ops", "partition_order"]
+__all__ = ["PartitionModel", "cut", "cut_nodes", "dependency_order", "for_unit_ops"]
+__all__ += ["partition_order"]
+
+Part = TypeVar("Part", bound=Any)  # a partition: an object with name, unit and nodes
 
 
 @dataclass
@@ -185,6 +190,29 @@ def partition_order(
             "re-plan, or split them so each partition's inputs are ready before it starts"
         )
     return deps
+
+
+def dependency_order(graph: ModelGraph, partitions: Sequence[Part]) -> list[Part]:
+    """``partitions`` listed so that each comes after those it reads from, otherwise in their
+    order (unchanged when they already are): a unit runs its partitions in the order listed,
+    and NEST-C needs the list in that order. Raises PartitionCycleError on a data cycle."""
+    deps = partition_order(graph, [(p.name, p.nodes) for p in partitions])
+    index = {p.name: i for i, p in enumerate(partitions)}
+    waiting = [len(deps[p.name]) for p in partitions]
+    users: list[list[int]] = [[] for _ in partitions]
+    for p in partitions:
+        for q in deps[p.name]:
+            users[index[q]].append(index[p.name])
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    out = []
+    while ready:  # the earliest listed of those whose inputs are ready
+        i = heapq.heappop(ready)
+        out.append(partitions[i])
+        for k in users[i]:
+            waiting[k] -= 1
+            if waiting[k] == 0:
+                heapq.heappush(ready, k)
+    return out
 
 
 def cut(

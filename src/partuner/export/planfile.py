@@ -56,6 +56,7 @@ __all__ = [
     "write_plan",
     "plan_to_dict",
     "atomic_write",
+    "warn_keys_differ",
 ]
 __all__ += ["check_partition_names", "default_mode", "is_safe_name", "short_repr"]
 
@@ -108,6 +109,9 @@ class PlanFile:
     parallel: list[list[str]] = field(default_factory=list)
     source: str = ""
     stream: StreamSpec | None = None  # planned for throughput: how to stream it
+    #: where the file's NEST-C keys place a node otherwise than its ``partuner`` section (in
+    #: words; "" when they agree): said by :func:`warn_keys_differ` once the plan is accepted
+    keys_differ: str = field(default="", compare=False)
 
     @property
     def node_unit(self) -> dict[str, str]:
@@ -430,16 +434,22 @@ def read_plan(path: str | Path) -> PlanFile:
     # hold a name with one: then only the section is read)
     colon = any(":" in n for p in plan.partitions for n in p.nodes)
     if all(key in doc for key in _NESTC_KEYS) and not colon:
-        differ = _first_difference(plan, _read_nestc(doc, where))
-        if differ:  # partuner reads its own section (hand edits included); say so
-            log.warning(
-                "%s: its NEST-C keys describe another plan than its `partuner` section (%s); "
-                "partuner runs the section, NEST-C would read the keys: write the plan again "
-                "with partuner (partuner export) to bring them in line",
-                where,
-                differ,
-            )
+        plan.keys_differ = _first_difference(plan, _read_nestc(doc, where))
     return plan
+
+
+def warn_keys_differ(plan: PlanFile) -> None:
+    """Warn (once) that the plan's NEST-C keys describe another plan than its ``partuner``
+    section: called when the plan has been accepted, so that a refused plan gets one line."""
+    if plan.keys_differ:
+        log.warning(
+            "%s: its NEST-C keys describe another plan than its `partuner` section (%s); "
+            "partuner runs the section, NEST-C would read the keys: write the plan again "
+            "with partuner (partuner export) to bring them in line",
+            plan.source,
+            plan.keys_differ,
+        )
+        plan.keys_differ = ""
 
 
 _OWN_KEYS = ("version", "model", "input_shapes", "scheduler", "status", "predicted_ms")

@@ -339,9 +339,13 @@ class Session:
                     ready.append(k)
             ready.sort()
         if len(order) < len(self.partitions):
+            i = next(i for i, w in enumerate(waiting) if w)
+            j = next(j for j in sorted(after[i]) if waiting[j])
+            a, b = self.partitions[i], self.partitions[j]
             raise PartunerError(
-                "the plan's partitions depend on each other in a cycle (counting each unit's "
-                "order); re-plan"
+                f"the plan's partitions wait on each other in a cycle (counting the order each "
+                f"unit runs its partitions in): {a.name!r} on {a.unit!r} waits on {b.name!r} on "
+                f"{b.unit!r}; list each partition after those it reads from, or re-plan"
             )
         return order
 
