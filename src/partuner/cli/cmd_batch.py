@@ -175,10 +175,16 @@ def _batch_of(feeds: dict[str, np.ndarray], batch: int | None) -> int | None:
     ``--batch``, if given, must equal."""
     from partuner.batch import BatchError
 
-    sizes = {k: (int(a.shape[0]) if a.ndim else 0) for k, a in feeds.items()}
+    scalar = next((k for k, a in feeds.items() if a.ndim == 0), None)
+    if scalar is not None:
+        raise BatchError(
+            f"--input {scalar} is a 0-d array (one number), which has no batch dimension; give "
+            "an array whose dimension 0 is the batch, e.g. of shape (N, ...)"
+        )
+    sizes = {k: int(a.shape[0]) for k, a in feeds.items()}
     if not sizes:
         return batch
-    if all(a.ndim and a.shape[0] == 0 for a in feeds.values()):
+    if all(a.shape[0] == 0 for a in feeds.values()):
         raise BatchError(
             f"the --input arrays hold no items (dimension 0 of each: {sizes}); a batch needs "
             "at least one"

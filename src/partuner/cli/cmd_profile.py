@@ -425,8 +425,7 @@ def _render(
             f"{r['call_overhead_us']:.1f} us",
             f"{r['boundary_us_per_mb']:.1f} us",
             f"{r['boundary_out_us_per_mb']:.1f} us",
-            "-" if r["whole_model_ms"] is None else f"{r['whole_model_ms']:.3f} ms",
-            "-" if r["sum_of_parts_ms"] is None else f"{r['sum_of_parts_ms']:.3f} ms",
+            *(_ms(r[k]) for k in ("whole_model_ms", "sum_of_parts_ms")),
             _pct(None if r["modeled"] else r["additivity_error"]),
             _pct(None if r["modeled"] else r["fused_additivity_error"]),
             _pct(r["in_context_additivity_error"]),
@@ -483,6 +482,11 @@ def _render_regions(unit: str, regions: list[dict[str, Any]], shown: int = 12) -
     console.print(t)
     if len(regions) > shown:
         console.print(f"  ... and {len(regions) - shown} smaller region(s) (--json lists all)")
+
+
+def _ms(value: float | None) -> str:
+    """A model time, "-" when none was taken, "cannot run" where an ops list leaves nodes out."""
+    return "-" if value is None else "cannot run" if math.isinf(value) else f"{value:.3f} ms"
 
 
 def _pct(err: float | None) -> str:

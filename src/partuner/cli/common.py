@@ -184,6 +184,8 @@ def read_inputs(specs: tuple[str, ...], names: list[str]) -> dict[str, np.ndarra
             raise PartunerError(f"bad --input {spec!r}: write NAME=FILE.npy, NAME of {names}")
         if name not in names:
             raise PartunerError(f"--input names {name!r}; the model's inputs are {names}")
+        if name in out:
+            raise PartunerError(f"--input {name} is given twice; give each input once")
         try:
             _check_npy_size(Path(path))
             loaded = np.load(Path(path), allow_pickle=False)
@@ -209,17 +211,26 @@ def _check_npy_size(path: Path) -> None:
     """Raise ValueError where an .npy file's header is malformed or claims more data than the
     file holds, before numpy allocates what it claims (header versions 1.0, 2.0 and 3.0)."""
     fmt = np.lib.format
+    if path.exists() and not path.is_file():  # a FIFO would block, /dev/zero never end
+        raise ValueError("it is not a regular file (a folder, pipe or device); give a .npy file")
     with path.open("rb") as f:
         if f.read(6) != fmt.MAGIC_PREFIX:
             return  # not an .npy: np.load says what it is
         f.seek(0)
-        version = fmt.read_magic(f)
+        try:
+            version = fmt.read_magic(f)
+        except ValueError:
+            raise ValueError("it is not a complete .npy file: it ends inside its header") from None
         read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
         try:
             shape, _, dtype = read(f)
         except ValueError:
             raise ValueError("its .npy header is malformed (write it with numpy.save)") from None
         need, held = math.prod(shape) * dtype.itemsize, os.fstat(f.fileno()).st_size - f.tell()
+    if min(shape, default=0) < 0:
+        raise ValueError(
+            f"its .npy header claims shape {shape}, a negative dimension; write it with numpy.save"
+        )
     if need > held:
         raise ValueError(f"its header claims {shape} {dtype}, {need} bytes; it holds {held}")
 

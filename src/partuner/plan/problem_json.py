@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from typing import Any
 
 from partuner.errors import PartunerError
@@ -186,11 +187,12 @@ def problem_from_dict(data: Any) -> Problem:
 def problem_from_json(text: str) -> Problem:
     """Parse :meth:`to_json` output; raises ``PartunerError`` if malformed."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise PartunerError(f"problem file is not valid JSON: {exc}") from None
     except (RecursionError, ValueError) as exc:  # nested too deep; an integer too long
-        why = "nested too deep" if isinstance(exc, RecursionError) else str(exc)[:120]
+        deep = isinstance(exc, RecursionError)
+        why = "nested too deep" if deep else "a number in it has too many digits"
         raise PartunerError(f"problem file is not a problem --dump-problem writes: {why}") from None
     if not isinstance(data, dict):
         raise PartunerError(
@@ -198,6 +200,15 @@ def problem_from_json(text: str) -> Problem:
             '--dump-problem writes ({"nodes": [...], "units": [...], ...})'
         )
     return problem_from_dict(data)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's pairs as a dict, refusing a key given twice (JSON would keep the last)."""
+    out = dict(pairs)
+    if len(out) < len(pairs):
+        k = next(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
+        raise PartunerError(f"malformed problem JSON: key {k!r} appears twice; keep one")
+    return out
 
 
 def _num(x: float) -> float | str:

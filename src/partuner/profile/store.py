@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import math
 import os
 import sqlite3
 import time
@@ -85,6 +86,9 @@ _TABLES = frozenset({"meta", "units", "measurements", "conditions"})
 
 #: a row's status: timed; the unit cannot run the item (for good); timing it failed (retried)
 OK, UNSUPPORTED, FAILED = "ok", "unsupported", "failed"
+
+#: the most µs a stored time may be: the planner's bound on a cost (plan/problem.py MAX_US)
+MAX_US = 1e12
 
 #: a row timed while other work took more than this share of all cores' time is "busy": used
 #: (it is the best there is) but timed again by the next profiling run (profile/load.py)
@@ -339,19 +343,17 @@ class ProfileStore:
             ).fetchone()
         if row is None:
             return None
-        times = [float("inf") if v is None else v for v in row[:3]]
-        ok = all(isinstance(t, int | float) and not isinstance(t, bool) for t in times)
-        ok = ok and (times[0] >= 0 or times[0] != times[0])
-        if ok and row[4] == OK:  # a measured time must be a finite number >= 0; its spread
-            # finite (partuner 0.x stored wake-up rows with a 10th percentile below 0)
-            ok = 0 <= times[0] < float("inf") and all(abs(t) < float("inf") for t in times)
-        ok = ok and isinstance(row[3], int | type(None)) and isinstance(row[4], str)
-        if not ok or not isinstance(row[5], str | type(None)):
+        bad = _bad_field(row)
+        if bad is not None:
+            value = row[bad]
+            shown = repr(value if not isinstance(value, str | bytes) else value[:40])
             raise ProfileError(
                 f"profile store {self.path} holds a malformed row for {signature[:60]!r} "
-                f"(unit fingerprint {fingerprint}): {[row[0], row[4]]!r}; was it edited by "
-                "hand? pass another --db to profile again (nothing was deleted)"
+                f"(unit fingerprint {fingerprint}): {_FIELDS[bad]} = {shown}, not "
+                f"{_WANTED[bad]}; was it edited by hand? pass another --db to profile again "
+                "(nothing was deleted)"
             )
+        times = [math.inf if v is None else v for v in row[:3]]
         share = row[6] if isinstance(row[6], int | float) and 0 <= row[6] <= 1 else None
         return Measurement(*times, row[3] or 0, row[4], row[5] or "", share)
 
@@ -436,6 +438,25 @@ class ProfileStore:
             }
             for r in rows
         ]
+
+
+_FIELDS = ("median_us", "p10_us", "p90_us", "count", "status", "detail")
+_WANTED = (*[f"a time from 0 to {MAX_US:g} µs"] * 3, "a whole number", "text", "text")
+
+
+def _bad_field(row: tuple[object, ...]) -> int | None:
+    """The index (:data:`_FIELDS`) of ``row``'s first value partuner never writes, or None. An
+    ``ok`` row's p10 may be below 0 (partuner 0.x's wake-up rows); others' median NaN or NULL."""
+    for i, t in enumerate(math.inf if v is None else v for v in row[:3]):
+        if not isinstance(t, int | float) or isinstance(t, bool) or (i == 0 and t < 0):
+            return i
+        if row[4] == OK and not abs(t) <= MAX_US:
+            return i
+    if not isinstance(row[3], int | None):
+        return 3
+    if not isinstance(row[4], str):
+        return 4
+    return None if isinstance(row[5], str | None) else 5
 
 
 def _text(value: object) -> str:

@@ -98,6 +98,8 @@ def check_outputs(
     >>> r = check_outputs(nan, {"y": nan["y"].copy()})
     >>> r.passed, r.rule.startswith("reference not finite")
     (True, True)
+    >>> check_outputs({"y": nan["y"][:, :1]}, {"y": nan["y"][:, :1]}).passed  # NaN alone
+    False
     >>> half = {"y": np.array([[1.0, 2.0, 3.0]], dtype=np.float16)}
     >>> check_outputs(half, {"y": half["y"] + np.float16(2e-3)}).precision
     'f16'
@@ -140,6 +142,14 @@ def check_outputs(
             continue
         checks.append(_compare_float(name, ref, out, rule))
     bad = {c.name: c.nonfinite_ref for c in checks if c.nonfinite_ref}
+    if all(
+        r.dtype.kind in "fc" and r.size and not np.isfinite(r).any() for r in reference.values()
+    ):
+        text = (  # e.g. an all-NaN --input: NaN everywhere "agrees", and says nothing
+            "the reference outputs hold no finite value (NaN/Inf only): nothing to compare; "
+            "check with inputs for which the model gives numbers"
+        )
+        return CheckResult(False, precision, text, checks)
     if bad:
         where = ", ".join(f"{n}: {k}" for n, k in bad.items())
         text = (

@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _LINK_FIELDS = ("latency_us", "gbps")
+#: units a units file may define (a plan's pairs of units grow as their square)
+MAX_UNITS = 256
 
 
 @dataclass(frozen=True)
@@ -275,6 +277,8 @@ def _from_mapping(data: object, source: str) -> UnitSet:
         )
     if not isinstance(spec, Mapping):
         raise fail(f"'units' must map unit names to their settings, got {type(spec).__name__}")
+    if len(spec) > MAX_UNITS:  # every pair of units has a link: listed, profiled, planned
+        raise fail(f"{len(spec)} units; a units file defines at most {MAX_UNITS}")
     cluster = None
     if "ray" in data or any(isinstance(e, Mapping) and "ray" in e for e in spec.values()):
         from partuner.units.ray_unit import parse_cluster

@@ -27,6 +27,7 @@ than plain ``infer(dict)``.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 from collections.abc import Mapping
@@ -109,9 +110,26 @@ def _capabilities(core: Any, device: str) -> list[str]:
         return []
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
+#: a line of OpenVINO's error text that only names where in its C++ sources it was raised
+_WHERE = re.compile(r"(Exception from|Check '.*' failed at) \S+:\d+:$")
+
+
+def _cause(exc: BaseException) -> str:
+    """The first line of ``exc``'s text that says what is wrong: OpenVINO's messages open with
+    lines such as ``Exception from src/inference/src/cpp/core.cpp:117:``."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    said = [line for line in lines if not _WHERE.match(line)] or lines
+    return said[0][:300] if said else type(exc).__name__
+
+
+def _probe_model(core: Any) -> Any:
+    """A one-op model (Relu on 1 float), compiled to try a unit's properties."""
+    from onnx import TensorProto, helper
+
+    x, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [1]) for n in "xy")
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    return core.read_model(model.SerializeToString(), b"")
 
 
 class OpenvinoRunner(Runner):
@@ -130,8 +148,7 @@ class OpenvinoRunner(Runner):
             self._request: Any = self._compiled.create_infer_request()
         except Exception as exc:
             raise UnitError(
-                f"unit {unit_name!r}: OpenVINO cannot compile the model for {device}: "
-                f"{_first_line(exc)}"
+                f"unit {unit_name!r}: OpenVINO cannot compile the model for {device}: {_cause(exc)}"
             ) from exc
         inits = {t.name for t in model.graph.initializer}
         onnx_inputs = [i.name for i in model.graph.input if i.name not in inits]
@@ -179,7 +196,7 @@ class OpenvinoRunner(Runner):
             ) from None
         except Exception as exc:
             raise UnitError(
-                f"unit {self.unit_name!r} (openvino) failed to run: {_first_line(exc)}"
+                f"unit {self.unit_name!r} (openvino) failed to run: {_cause(exc)}"
             ) from exc
 
     def layer_names(self) -> dict[str, tuple[str, ...]]:
@@ -226,6 +243,7 @@ class OpenvinoUnit(Unit):
             )
         pinning = opt_bool(options, "pinning", False)
         properties = opt_str_map(options, "properties", as_str=False)
+        self._refused: str | None = None  # why OpenVINO refuses the properties ("": it takes them)
         return {
             "device": device,
             "threads": threads,
@@ -300,7 +318,7 @@ class OpenvinoUnit(Unit):
         try:
             devices = list(core.available_devices)
         except Exception as exc:
-            return False, f"OpenVINO cannot list its devices: {_first_line(exc)}"
+            return False, f"OpenVINO cannot list its devices: {_cause(exc)}"
         if not _has_device(devices, device):
             return False, f"device {device} not found; OpenVINO sees {devices}"
         caps = _capabilities(core, device)
@@ -316,6 +334,15 @@ class OpenvinoUnit(Unit):
             full = str(core.get_property(device, "FULL_DEVICE_NAME"))
         except Exception:
             full = device
+        if self.options["properties"] and self._refused is None:  # tried once per unit
+            try:
+                core.compile_model(_probe_model(core), device, self.compile_config())
+                self._refused = ""
+            except Exception as exc:
+                why = f"OpenVINO refuses its properties {self.options['properties']}: {_cause(exc)}"
+                self._refused = f"{why.rstrip('.')}; fix them"
+        if self._refused:
+            return False, self._refused
         version = self.backend_version().split("-")[0]
         shown = f"auto -> {precision}" if self._asked == AUTO else precision
         return True, f"openvino {version} on {device} ({full}), precision {shown}"

@@ -162,12 +162,18 @@ def check_plan_units(units: Mapping[str, Any], where: str, kind: str = "a plan f
             if key == "remote" and _remote_value(value):
                 continue
             if key in _SAFE_KEYS and isinstance(value, Mapping):
-                bad = [k for k in value if k not in _SAFE_KEYS[key] or not _plain(value[k])]
-                bad += [k for k in value if _too_many(value[k])]
+                bad = [k for k in value if k not in _SAFE_KEYS[key]]
                 if bad:
                     raise PlanFileError(
                         f"{what}: {key} entry {short_repr(bad[0])} is not one a plan may set "
                         f"(allowed: {sorted(_SAFE_KEYS[key])}); {_FIX}"
+                    )
+                bad = [k for k in value if not _plain(value[k]) or _too_many(value[k])]
+                if bad:
+                    raise PlanFileError(
+                        f"{what}: {key} entry {short_repr(bad[0])} = {short_repr(value[bad[0]])}"
+                        f" is a value a plan may not set (a plain value, numbers up to "
+                        f"{MAX_THREADS}); {_FIX}"
                     )
             elif not _plain(value):
                 raise PlanFileError(
