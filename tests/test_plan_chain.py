@@ -221,3 +221,59 @@ def test_the_whole_handoff_closes_the_gap_on_a_long_chain_and_auto_proves_it():
     assert latency(p, finer.parts) == pytest.approx(finer.bound_us)
     sched = get_scheduler("auto").schedule(p, time_limit=2)
     assert sched.status == "optimal" and sched.lower_bound == pytest.approx(finer.bound_us)
+
+
+def _long_chain(n: int) -> Problem:
+    nodes = [f"n{i}" for i in range(n)]
+    cost = {v: {"cpu": 1.0, "npu": 2.0 if i % 3 else 0.5} for i, v in enumerate(nodes)}
+    edges = [Edge(a, b, 4) for a, b in itertools.pairwise(nodes)]
+    return Problem(nodes, ["cpu", "npu"], cost, edges, default_link=Link(10.0, 1.0))
+
+
+def test_a_chain_too_long_for_the_budget_skips_the_programme_and_keeps_to_the_baselines(
+    monkeypatch,
+):
+    """The segment programme is O(n^2 u^2) (a 20,000-node chain took minutes at
+    --time-limit 2): auto runs it only when its charge fits the budget, and a problem whose
+    list heuristics alone would pass the budget is planned with the baselines only."""
+    import partuner.plan.auto as auto_mod
+    from partuner.plan.clock import chain_charge, start_charge
+
+    calls: list[int] = []
+    real = auto_mod.segment_plan
+    monkeypatch.setattr(auto_mod, "segment_plan", lambda p: calls.append(1) or real(p))
+    p = _long_chain(400)
+    assert chain_charge(400, 2) > 0.05 and start_charge(400, 2) > 0.05
+    auto = get_scheduler("auto")
+    s = auto.schedule(p, time_limit=0.05)
+    s.validate(p)
+    assert not calls
+    assert set(auto.runs) <= set(auto_mod.BASELINES) and "heft" in auto.runs
+    s = auto.schedule(p, time_limit=10.0)  # the default budget: proven by the programme
+    assert calls and s.status == "optimal" and auto.chosen == "chain"
+
+
+def test_the_problem_bounds_and_default_unit_are_found_once(monkeypatch):
+    """Every scheduler asks for the bound and NEST-C's default unit per node: found once per
+    problem (asked per node they made planning quadratic in the nodes)."""
+    import partuner.plan.common as common
+
+    p = _long_chain(50)
+    counted: list[int] = []
+    real = common.critical_path_bound
+    monkeypatch.setattr(
+        common, "critical_path_bound", lambda *a, **k: counted.append(1) or real(*a, **k)
+    )
+    first = common.lower_bound(p, partitions=True)
+    assert common.lower_bound(p, partitions=True) == first and len(counted) == 1
+    assert p.default == "cpu" and "default" in p.__dict__  # cached on the problem
+
+
+def test_a_long_cycle_is_named_in_a_short_line():
+    nodes = [f"n{i}" for i in range(60)]
+    edges = [Edge(a, b, 4) for a, b in itertools.pairwise(nodes)] + [Edge("n59", "n0", 4)]
+    p = Problem(nodes, ["cpu"], {v: {"cpu": 1.0} for v in nodes}, edges)
+    with pytest.raises(InfeasiblePlanError) as exc:
+        p.validate()
+    msg = str(exc.value)
+    assert "a cycle of 60 node(s)" in msg and "..." in msg and len(msg) < 200, msg

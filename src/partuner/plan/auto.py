@@ -17,8 +17,8 @@ from functools import partial
 
 from partuner.errors import InfeasiblePlanError, PartunerError
 from partuner.plan.assemble import schedule_of_parts
-from partuner.plan.chain import SegmentPlan, segment_plan, segment_plan_whole_handoff
-from partuner.plan.clock import PLACE_S, WorkClock, start_charge
+from partuner.plan.chain import SegmentPlan, chain_order, segment_plan, segment_plan_whole_handoff
+from partuner.plan.clock import PLACE_S, WorkClock, chain_charge, start_charge
 from partuner.plan.common import lower_bound
 from partuner.plan.exact import (
     Exact,
@@ -43,6 +43,8 @@ DEFAULT_TIME_LIMIT_S = 10.0
 #: nodes^3 x units^2 at most for the finer chain programme: O(n^3 U^2), not charged as work
 #: (DenseNet-121's 430 nodes on two units: 3.2e8; its time: benchmarks/anytime_bench.py)
 WHOLE_HANDOFF_WORK = 8e8
+#: the heuristics a problem too big for its budget is planned with (the methods auto must beat)
+BASELINES = ("single", "static", "heft", "nestc")
 _REL = 1e-9  # relative improvement a move must bring
 
 
@@ -118,7 +120,7 @@ class Auto(Scheduler):
         self.errors: dict[str, str] = {}
         self.chosen = ""
         self._chain_bound: float | None = None
-        self._floor_bound = 0.0
+        self._floor_bound = self._whole_bound = 0.0
 
     def schedule(self, problem: Problem, *, time_limit: float | None = None) -> Schedule:
         problem.validate()
@@ -131,17 +133,23 @@ class Auto(Scheduler):
         deadline = clock.now() + budget
         self.runs = {}
         self.errors = {}
-        self._floor_bound = 0.0
-        chain_bound = self._chain_bound = self._chain(problem)
+        self._floor_bound = self._whole_bound = 0.0
+        chain_bound = self._chain_bound = self._chain(problem, clock, budget)
         if chain_bound is not None and "chain" in self.runs:
             run = self.runs["chain"]
             if run.plan.predicted_us <= chain_bound * (1 + 1e-9) + 1e-9:
                 self.chosen, slots = "chain", dict(run.schedule.slots)  # proven optimal
                 return Schedule(slots, self.name, "optimal", chain_bound, run.schedule.partitions)
-        floors = Floors(problem)  # block bounds, shared with pexact
-        self._floor_bound = floors.whole()
-        clock.spend(start_charge(len(problem.nodes), len(problem.units)))
+        self._whole_bound = lower_bound(problem, partitions=True)
+        start = start_charge(len(problem.nodes), len(problem.units))
         names = heuristic_names()
+        big = start > budget - clock.now()  # too big for the budget: the baselines alone
+        if big:
+            names = [n for n in names if n in BASELINES]
+            log.info("auto: %d nodes: only %s in %g s", len(problem.nodes), names, budget)
+        floors = Floors(problem)  # block bounds (none when big), shared with pexact
+        self._floor_bound = 0.0 if big else floors.whole()
+        clock.spend(start)
         for k, name in enumerate(names):
             share = max(0.0, deadline - clock.now()) / (4 * (len(names) - k))
             heuristic = get_scheduler(name)
@@ -159,7 +167,7 @@ class Auto(Scheduler):
         if not solvers:
             log.info("auto: OR-Tools is not installed; skipping the exact scheduler")
         reserve = budget * self.parts_share  # kept for the last stage
-        for stage in ("annealing", "exact", "pexact", "annealing again"):
+        for stage in () if big else ("annealing", "exact", "pexact", "annealing again"):
             if (self.stop_at_bound and self._proven(problem)) or (
                 stage.endswith("exact") and not solvers
             ):
@@ -179,12 +187,12 @@ class Auto(Scheduler):
             else:
                 self._anneal(problem, left * 0.8, clock, "late")
         best_name, best = min(self.runs.items(), key=lambda kv: _rank(kv[1]))
-        if not clock.expired(deadline - reserve) and not self._done(problem):
+        if not big and not clock.expired(deadline - reserve) and not self._done(problem):
             got = improve(problem, best, deadline - reserve, self.name, clock)
             if got is not best:
                 best_name, best = f"{best_name}+local", got
                 self.runs[best_name] = got
-        if not clock.expired(deadline) and not self._done(problem):
+        if not big and not clock.expired(deadline) and not self._done(problem):
             self._say("annealing the partitions", problem)
             left = max(0.0, deadline - clock.now())
             got = anneal_partitions(problem, best, left, self.name, clock, seed=2)
@@ -223,7 +231,7 @@ class Auto(Scheduler):
         """The best bound proven so far on every plan's predicted latency (µs)."""
         solved = [self.runs[s].schedule.lower_bound for s in ("exact", "pexact") if s in self.runs]
         chain = self._chain_bound or 0.0
-        whole = lower_bound(problem, partitions=True)
+        whole = self._whole_bound
         return max(whole, chain, self._floor_bound, *(b for b in solved if b is not None))
 
     def _anneal(self, problem: Problem, budget_s: float, clock: WorkClock, tag: str) -> None:
@@ -236,24 +244,35 @@ class Auto(Scheduler):
         if got is not start:
             self.runs[f"{name.split('+')[0]}+anneal"] = got
 
-    def _chain(self, problem: Problem) -> float | None:
+    def _chain(self, problem: Problem, clock: WorkClock, budget: float) -> float | None:
         """For a chain-shaped problem, the segment plan (as run ``chain``, when it fits in
-        memory) and its bound (:mod:`partuner.plan.chain`); None for other problems. When
-        that plan misses its bound, and the problem is small enough
-        (:data:`WHOLE_HANDOFF_WORK`), the finer programme charging whole hand-offs
-        (:func:`~partuner.plan.chain.segment_plan_whole_handoff`) adds its bound and plan."""
+        memory) and its bound (:mod:`partuner.plan.chain`); None for other problems, and for
+        chains too long for the ``budget`` (:func:`~partuner.plan.clock.chain_charge`, charged
+        to ``clock``). When that plan misses its bound, and the problem is small enough
+        (:data:`WHOLE_HANDOFF_WORK`, and the budget left), the finer programme
+        charging whole hand-offs (:func:`~partuner.plan.chain.segment_plan_whole_handoff`)
+        adds its bound and plan."""
+        n, nu = len(problem.nodes), len(problem.units)
+        if chain_order(problem) is None:
+            return None
+        if chain_charge(n, nu) > budget:
+            log.info("auto: a chain of %d nodes: too long for its programme in %g s", n, budget)
+            return None
         t0 = time.perf_counter()
+        clock.spend(chain_charge(n, nu))
         seg = segment_plan(problem)
         if seg is None:
             return None
         bound = seg.bound_us
         runs = [r for r in [self._chain_run(problem, seg, t0)] if r is not None]
         missed = not runs or runs[0].plan.predicted_us > bound * (1 + 1e-9) + 1e-9
-        if missed and len(problem.nodes) ** 3 * len(problem.units) ** 2 <= WHOLE_HANDOFF_WORK:
-            finer = segment_plan_whole_handoff(problem)
-            if finer is not None:
-                bound = max(bound, finer.bound_us)
-                got = self._chain_run(problem, finer, t0)
+        finer = chain_charge(n, nu, whole_handoff=True)
+        if missed and n**3 * nu**2 <= WHOLE_HANDOFF_WORK and finer <= budget - clock.now():
+            clock.spend(finer)
+            got_finer = segment_plan_whole_handoff(problem)
+            if got_finer is not None:
+                bound = max(bound, got_finer.bound_us)
+                got = self._chain_run(problem, got_finer, t0)
                 runs += [got] if got is not None else []
         if runs:
             self.runs["chain"] = min(runs, key=_rank)

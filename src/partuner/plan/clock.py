@@ -72,6 +72,9 @@ MIN_WALL_S = 0.5
 START_S = 0.02  # auto's block floors and list heuristics: a fixed part,
 START_S_PER_NODE_UNIT2 = 1.2e-4  # and per node x units squared
 PLACE_S = 1.4e-5  # per node the branch heuristic's region list schedules place
+#: the chain programme (plan/chain.py): per node, and per node^2 x units^2 (the segments); the
+#: finer one charging whole hand-offs per node^3 x units^2 (about twice their time here)
+CHAIN_S_PER_NODE, CHAIN_S_PER_CELL, HANDOFF_S_PER_CELL = 5e-4, 7e-8, 2.5e-9
 
 
 class WorkClock:
@@ -172,6 +175,17 @@ def start_charge(nodes: int, units: int) -> float:
     0.128
     """
     return START_S + START_S_PER_NODE_UNIT2 * nodes * units**2
+
+
+def chain_charge(nodes: int, units: int, *, whole_handoff: bool = False) -> float:
+    """Budget seconds the chain programme costs (``whole_handoff``: the finer one).
+
+    >>> round(chain_charge(430, 5), 3), round(chain_charge(430, 3, whole_handoff=True), 3)
+    (0.539, 1.789)
+    """
+    if whole_handoff:
+        return HANDOFF_S_PER_CELL * nodes**3 * units**2
+    return CHAIN_S_PER_NODE * nodes + CHAIN_S_PER_CELL * nodes**2 * units**2
 
 
 def charge(det_s: float, rows: int, workers: int) -> float:

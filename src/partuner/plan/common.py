@@ -200,10 +200,14 @@ def total_work_bound(problem: Problem, *, partitions: bool = False) -> float:
 
 def lower_bound(problem: Problem, *, partitions: bool = False) -> float:
     """The larger of :func:`critical_path_bound` and :func:`total_work_bound`: a bound on
-    node-level schedules, or with ``partitions`` on the predicted latency of plans."""
-    return float(
-        max(
-            critical_path_bound(problem, partitions=partitions),
-            total_work_bound(problem, partitions=partitions),
+    node-level schedules, or with ``partitions`` on the predicted latency of plans. Found
+    once per problem (a problem is not changed once built; every scheduler asks)."""
+    memo = problem.__dict__.setdefault("_lower_bounds", {})
+    if partitions not in memo:
+        memo[partitions] = float(
+            max(
+                critical_path_bound(problem, partitions=partitions),
+                total_work_bound(problem, partitions=partitions),
+            )
         )
-    )
+    return memo[partitions]

@@ -146,11 +146,11 @@ class Problem(MemoryModel):
         """True when some two units occupy a common resource."""
         return any(len(c) > 1 for c in self._conflicts.values())
 
-    @property
+    @cached_property
     def default(self) -> str:
         """NEST-C's default unit: ``default_unit``, else the first unit that can run every node
         (NEST-C's default backend, the CPU, runs whatever no accelerator takes), else the
-        first unit."""
+        first unit (found once: asked per node)."""
         if self.default_unit is not None:
             return self.default_unit
         for u in self.units:
@@ -376,8 +376,10 @@ class Problem(MemoryModel):
                     break
                 at[p] = len(walk)
                 walk.append(p)
+            shown = [*cycle, cycle[0]] if len(cycle) <= 6 else [*cycle[:4], "...", *cycle[-1:]]
             raise InfeasiblePlanError(
-                f"the graph has a cycle: {' -> '.join([*cycle, cycle[0]])}; nodes must form a DAG"
+                f"the graph has a cycle of {len(cycle)} node(s): {' -> '.join(shown)}"
+                f"{f' -> {cycle[0]}' if len(cycle) > 6 else ''}; nodes must form a DAG"
             )
         for e in self.edges:
             if self.index(e.src) > self.index(e.dst):
