@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -867,3 +868,47 @@ def test_a_refused_plan_whose_nestc_keys_differ_gets_its_error_alone(tmp_path, m
     r = _cli("check", model_file, "--plan", path)
     assert r.exit_code == 0, r.output
     assert caplog.text.count("describe another plan") == 1
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        ({"numOfPartitions": 2.0}, "numOfPartitions must be a whole number, got 2.0"),
+        ({"numOfPartitions": True}, "numOfPartitions must be a whole number, got True"),
+        ({"logicalIDs": "0:99:a"}, "`logicalIDs` must hold a whole number >= 0 per partition (2)"),
+        ({"logicalIDs": "0"}, "`logicalIDs` must hold a whole number >= 0 per partition (2)"),
+        ({"parallelPartitions": "(p0||p9)"}, "group '(p0||p9)' names no partition 'p9'"),
+        ({"parallelPartitions": "(p0||p1):((("}, "group '(((' is not (pA||pB)"),
+        ({"nodeToPartition": "n0-0-npu:n1-0:n2-1:n3-1"}, "names backend 'npu', but partition 0"),
+    ],
+)
+def test_nestc_fields_that_contradict_the_plan_are_refused(tmp_path, change, said):
+    """Conflicting NEST-C fields were ignored without a word (held-out review D, B4)."""
+    path = _nestc_plan(
+        tmp_path / "p.yaml", [("p0", "cpu", ["n0", "n1"]), ("p1", "npu", ["n2", "n3"])]
+    )
+    doc = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**doc, **change}))
+    with pytest.raises(PlanFileError, match=re.escape(said)):
+        read_plan(path)
+    doc.update(
+        logicalIDs="0:1", parallelPartitions="(p0||p1)", nodeToPartition="n0-0-CPU:n1-0:n2-1:n3-1"
+    )
+    path.write_text(yaml.safe_dump(doc))
+    assert read_plan(path).parallel == [["p0", "p1"]]  # as NEST-C writes them: read
+
+
+def test_plan_fields_that_cannot_be_so_are_refused(tmp_path, model_file):
+    """An input the model lacks, `modeled: "yes"`, a partition ending before it starts: each
+    was taken without a word (held-out review D, B4)."""
+    path = _own_plan(tmp_path / "p.yaml", [("p0", "cpu", list(NODES))])
+    doc = yaml.safe_load(path.read_text())
+    for change, said in [
+        ({"input_shapes": {"bogus": [1, 64]}}, "an input 'bogus' the model does not have"),
+        ({"modeled": "yes"}, "`partuner.modeled` must be true or false, got 'yes'"),
+    ]:
+        path.write_text(yaml.safe_dump({**doc, "partuner": {**doc["partuner"], **change}}))
+        _fails_cleanly(_cli("check", model_file, "--plan", path), said)
+    late = {**doc["partuner"]["partitions"][0], "start_ms": 99.0, "end_ms": 1.7}
+    path.write_text(yaml.safe_dump({**doc, "partuner": {**doc["partuner"], "partitions": [late]}}))
+    _fails_cleanly(_cli("check", model_file, "--plan", path), "starts at 99 ms, after its end")

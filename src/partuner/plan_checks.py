@@ -81,6 +81,11 @@ def check_plan_model(pf: PlanFile, graph: ModelGraph, *, accepted: bool = True) 
     from are put after it (a unit runs them in the order listed). ``accepted``: no other check
     follows, so say whether its NEST-C keys describe another plan."""
     for name, dims in pf.input_shapes.items():
+        if name not in graph.inputs:
+            raise PlanFileError(
+                f"plan {pf.source or '(in memory)'} was made for an input {name!r} the model "
+                f"does not have (its inputs: {list(graph.inputs)}); is the plan for another model?"
+            )
         if name in graph.values and list(graph.values[name].shape) != list(dims):
             raise PlanFileError(
                 f"plan {pf.source or '(in memory)'} was made for input {name!r} of shape {dims}, "

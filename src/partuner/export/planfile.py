@@ -357,6 +357,12 @@ def _string(value: object, key: str, where: str, default: str) -> str:
     return value
 
 
+def _flag(value: object, key: str, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise PlanFileError(f"{where}: `{key}` must be true or false, got {short_repr(value)}")
+    return value
+
+
 def _us(value: object, key: str, where: str) -> float | None:
     """Milliseconds from the file -> µs; None stays None; anything but a finite number >= 0
     raises."""
@@ -386,9 +392,18 @@ def _split(value: Any, key: str, where: str) -> list[str]:
     return [s.strip() for s in str(value).split(":") if s.strip()]
 
 
-def _parallel(doc: dict[str, Any], where: str) -> list[list[str]]:
+def _parallel(doc: dict[str, Any], where: str, names: Sequence[str]) -> list[list[str]]:
+    """``parallelPartitions``: groups ``(pA||pB)`` of the plan's partitions."""
     groups = _split(doc.get("parallelPartitions"), "parallelPartitions", where)
-    return [g.strip("()").split("||") for g in groups]
+    out = [g[1:-1].split("||") if g[:1] + g[-1:] == "()" else [] for g in groups]
+    for g, got in zip(groups, out, strict=True):
+        unknown = next((p for p in got if p not in names), None) if got else g
+        if unknown is not None:
+            raise PlanFileError(
+                f"{where}: `parallelPartitions` group {short_repr(g)} "
+                + (f"names no partition {short_repr(unknown)}" if got else "is not (pA||pB)")
+            )
+    return out
 
 
 def read_plan(path: str | Path) -> PlanFile:
@@ -502,6 +517,8 @@ def _read_own(doc: dict[str, Any], own: dict[str, Any], where: str) -> PlanFile:
             )
         start = _us(e.get("start_ms"), f"{key}.start_ms", where)
         end = _us(e.get("end_ms"), f"{key}.end_ms", where)
+        if start is not None and end is not None and start > end:
+            raise PlanFileError(f"{where}: `{key}` starts at {start / 1e3:g} ms, after its end")
         parts.append(
             PartitionSpec(
                 e["name"],
@@ -537,9 +554,9 @@ def _read_own(doc: dict[str, Any], own: dict[str, Any], where: str) -> PlanFile:
         status=_string(own.get("status"), "partuner.status", where, "imported"),
         predicted_us=_us(own.get("predicted_ms"), "partuner.predicted_ms", where),
         lower_bound_us=_us(own.get("lower_bound_ms"), "partuner.lower_bound_ms", where),
-        modeled=bool(own.get("modeled", False)),
+        modeled=_flag(own.get("modeled", False), "partuner.modeled", where),
         units=dict(units),
-        parallel=_parallel(doc, where),
+        parallel=_parallel(doc, where, [p.name for p in parts]),
         source=where,
         stream=_read_stream(own.get("stream"), {p.unit for p in parts}, where),
     )
@@ -560,10 +577,18 @@ def _read_nestc(doc: dict[str, Any], where: str) -> PlanFile:
             f"{where}: {len(names)} partitionNames but {len(backends)} backendNames"
         )
     count = doc.get("numOfPartitions", len(names))
-    if type(count) is not int or count != len(names):
+    if type(count) is not int:
+        raise PlanFileError(f"{where}: numOfPartitions must be a whole number, got {count!r}")
+    if count != len(names):
         raise PlanFileError(
-            f"{where}: numOfPartitions is {short_repr(count)} but partitionNames lists "
-            f"{len(names)}; make them agree"
+            f"{where}: numOfPartitions is {count} but partitionNames lists {len(names)}; make "
+            "them agree"
+        )
+    ids = _split(doc.get("logicalIDs"), "logicalIDs", where) if "logicalIDs" in doc else None
+    if ids is not None and (len(ids) != len(names) or not all(i.isdigit() for i in ids)):
+        raise PlanFileError(
+            f"{where}: `logicalIDs` must hold a whole number >= 0 per partition ({len(names)}), "
+            f"got {short_repr(doc['logicalIDs'])}"
         )
     nodes: list[list[str]] = [[] for _ in names]
     for item in _split(doc["nodeToPartition"], "nodeToPartition", where):
@@ -584,6 +609,13 @@ def _read_nestc(doc: dict[str, Any], where: str) -> PlanFile:
                 f"{where}: node {short_repr(node)} maps to partition {short_repr(idx)}, but "
                 f"there are only {len(names)}"
             )
+        said, on = bits[-1].lower(), backends[int(idx)].lower()  # 'VTA' for 'VTA-0' too
+        if node != "-".join(bits[:-1]) and not on.startswith(said):
+            raise PlanFileError(
+                f"{where}: nodeToPartition item {short_repr(item)} names backend "
+                f"{short_repr(bits[-1])}, but partition {idx} is on {backends[int(idx)]!r} "
+                "(backendNames); make them agree"
+            )
         nodes[int(idx)].append(node)
     parts = [
         PartitionSpec(n, b, tuple(ns))
@@ -593,6 +625,6 @@ def _read_nestc(doc: dict[str, Any], where: str) -> PlanFile:
     return PlanFile(
         partitions=parts,
         model=_string(doc.get("funcName"), "funcName", where, ""),
-        parallel=_parallel(doc, where),
+        parallel=_parallel(doc, where, names),
         source=where,
     )
