@@ -4,11 +4,11 @@
 reading, checking and writing a problem, and the baselines' plans, grow with its nodes. This
 benchmark generates seeded problems of 1,000 to 20,000 nodes on a CPU and one modeled NPU (node
 costs 20-60 us on the cpu, 3-20 us on the npu, one node in seven the npu cannot run; 5 and 20 us
-per call; links 20 us + 2 GB/s): a chain (one topological order: the segment programme's case) and a ladder of
-diamonds (a node feeding two that feed a third: branches), and times the whole command in a
-fresh process at budgets of 2 and 10 s, with the plan it returns. Planning only.
+per call; links 20 us + 2 GB/s): a chain (one topological order: the segment programme's case)
+and a ladder of diamonds (a node feeding two that feed a third: branches), and times the whole
+command in a fresh process at budgets of 2 and 10 s, with the plan it returns. Planning only.
 
-    python benchmarks/large_bench.py [--sizes 1000,3000] [--budgets 2,10]
+    python benchmarks/large_bench.py [--sizes 1000,3000] [--budgets 2,10] [--quick]
 
 Writes benchmarks/results/large.json and prints a markdown table.
 """
@@ -93,9 +93,10 @@ def main() -> None:
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
     ap.add_argument("--budgets", default=",".join(f"{b:g}" for b in BUDGETS))
     ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="1,000 and 3,000 nodes at 2 s")
     args = ap.parse_args()
-    sizes = [int(x) for x in args.sizes.split(",")]
-    budgets = [float(x) for x in args.budgets.split(",")]
+    sizes = [int(x) for x in args.sizes.split(",")][: 2 if args.quick else None]
+    budgets = [float(x) for x in args.budgets.split(",")][: 1 if args.quick else None]
     work = temp_dir("partuner-large-bench-")
     rows = []
     t_all = time.perf_counter()

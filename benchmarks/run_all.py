@@ -111,6 +111,16 @@ SUITE = [
         '"cap reached": the wall-clock limit came first, and the plan may then differ.',
     ),
     (
+        "large",
+        "large_bench.py",
+        [],
+        "Planning very large problems: `partuner plan --load-problem P --time-limit T` in a fresh "
+        "process on seeded problems of 1,000 to 20,000 nodes (a chain, and a ladder of diamonds) "
+        "on a CPU and one modeled NPU, at budgets of 2 and 10 s: the command's wall time "
+        "(start-up, reading, planning, writing the plan), the planner's own time, and the plan. "
+        "The budget bounds the search; reading, checking and writing grow with the nodes.",
+    ),
+    (
         "region_model",
         "region_model_bench.py",
         [],
