@@ -45,6 +45,7 @@ __all__ = [
     "SIM_S_PER_NODE",
     "SIM_S_PER_PART",
     "START_S",
+    "START_S_PER_NODE",
     "START_S_PER_NODE_UNIT2",
     "WORK_PER_S",
     "WORK_PER_S_ONE",
@@ -70,6 +71,7 @@ SIM_S_PER_PART = 1.0e-5  # and per partition of the candidate
 #: its presolve (seen replaying one captured model; never when deterministic time stopped it)
 MIN_WALL_S = 0.5
 START_S = 0.02  # auto's block floors and list heuristics: a fixed part,
+START_S_PER_NODE = 6e-4  # per node (cutting and checking each heuristic's plan),
 START_S_PER_NODE_UNIT2 = 1.2e-4  # and per node x units squared
 PLACE_S = 1.4e-5  # per node the branch heuristic's region list schedules place
 #: the chain programme (plan/chain.py): per node, and per node^2 x units^2 (the segments); the
@@ -172,9 +174,9 @@ def start_charge(nodes: int, units: int) -> float:
     deterministic work the wall clock would otherwise spend unaccounted.
 
     >>> round(start_charge(100, 3), 6)
-    0.128
+    0.188
     """
-    return START_S + START_S_PER_NODE_UNIT2 * nodes * units**2
+    return START_S + START_S_PER_NODE * nodes + START_S_PER_NODE_UNIT2 * nodes * units**2
 
 
 def chain_charge(nodes: int, units: int, *, whole_handoff: bool = False) -> float:

@@ -139,16 +139,17 @@ def _sub_instance(whole: Instance, region: Region, a: str | None, b: str | None)
 
 
 def _region_hints(
-    inst: Instance, hints: Sequence[tuple[Mapping[str, str], Sequence[str]]]
+    inst: Instance, hints: Sequence[tuple[Mapping[str, str], Mapping[str, int]]]
 ) -> list[tuple[dict[str, str], list[str]]]:
-    keep = set(inst.nodes)
+    """The whole problem's ``hints`` (an assignment, and each node's place in the hint's order)
+    restricted to the region ``inst``, and one hint per unit (every node on it where it can)."""
     out = []
-    for assignment, order in hints:
+    for assignment, place in hints:
         a = {n: assignment[n] for n in inst.nodes}
         for n in inst.nodes:
             if a[n] not in inst.dur[n]:  # pinned elsewhere
                 a[n] = next(iter(inst.dur[n]))
-        o = [n for n in order if n in keep]
+        o = sorted((n for n in inst.nodes if n in place), key=place.__getitem__)
         o.sort(key=lambda n: n != inst.nodes[0])  # the entry first (stable otherwise)
         out.append((a, o))
     units = {u for n in inst.nodes for u in inst.dur[n]}
@@ -191,6 +192,7 @@ def solve_decomposed(
         for b in (list(whole.dur[r.exit]) if r.exit is not None else [None])
     ]
     done: dict[tuple[int, str | None, str | None], Solution] = {}
+    placed = [(a, {n: i for i, n in enumerate(o)}) for a, o in hints]  # once, not per region
 
     def run(job: tuple[int, str | None, str | None], limit: float) -> None:
         inst = _sub_instance(whole, parts[job[0]], job[1], job[2])
@@ -199,7 +201,7 @@ def solve_decomposed(
         sol = solve(
             inst,
             time_limit=limit,
-            hints=extra + _region_hints(inst, hints),
+            hints=extra + _region_hints(inst, placed),
             tick_us=tick_us,
             workers=workers,
             seed=seed,

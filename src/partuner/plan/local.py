@@ -110,7 +110,8 @@ class _Search:
         self.limited = problem.memory_limited
         self.step_s = EVAL_S_PER_NODE * max(1, ev.n_nodes)
         uidx, idx = ev.unit_index, ev.node_index
-        self.assign = [uidx[start.schedule.assignment[n]] for n in problem.nodes]
+        placed = start.schedule.assignment  # a new dict each time it is asked
+        self.assign = [uidx[placed[n]] for n in problem.nodes]
         self.order = [idx[n] for n in schedule_order(problem, start.schedule)]
         self.parts = [(uidx[p.unit], [idx[n] for n in p.nodes]) for p in start.plan.partitions]
         self.t0 = time.perf_counter()
