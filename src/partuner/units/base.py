@@ -150,8 +150,6 @@ class Unit(abc.ABC):
             )
         opts = dict(options)
         self.cores: tuple[int, ...] | None = parse_cores(opts.pop("cores", None))
-        if isinstance(opts.get("ops"), str):  # YAML's `ops: Conv`, meant as [Conv] or not
-            raise UnitError(f"option 'ops' must be a list of op types, e.g. [{opts['ops']}]")
         self.ops: frozenset[str] | None = parse_ops(opts.pop("ops", None))
         self.memory_mb: float | None = parse_memory(opts.pop("memory_mb", None))
         #: ``None`` (runs here), or ``{}`` / ``{"fingerprint": FP}`` for a remote target

@@ -30,8 +30,8 @@ def parse_cores(value: object) -> tuple[int, ...] | None:
 def parse_ops(value: object) -> frozenset[str] | None:
     if value is None:
         return None
-    if isinstance(value, str):
-        value = [value]
+    if isinstance(value, str):  # YAML's `ops: Conv`, meant as [Conv] or not
+        raise UnitError(f"option 'ops' must be a list of op types, e.g. [{value}]")
     if not isinstance(value, list | tuple | set | frozenset) or not value:
         raise UnitError(f"option 'ops' must be a non-empty list of op types, got {value!r}")
     from partuner.graph.ops import op_type_problem  # onnx only for a unit that lists ops
