@@ -119,7 +119,6 @@ def main() -> None:
         "large",
         {"machine": machine(), "wall_s": time.perf_counter() - t_all, "rows": rows, "note": note},
     )
-    print(f"`benchmarks/large_bench.py` (results in `{path.name}`)\n")
     print("| problem | nodes | budget s | wall s | planning s | plan by | status | ms (bound) |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -128,7 +127,7 @@ def main() -> None:
             f"{r['solve_s']:.1f} | {r['scheduler']} | {r['status']} | "
             f"{r['predicted_ms']:.3f} ({r['lower_bound_ms']:.3f}) |"
         )
-    print(f"\n> {note}")
+    print(f"\n{note} Results: {path.name}.")
 
 
 if __name__ == "__main__":
