@@ -413,6 +413,20 @@ def _empty_partition(d: Path) -> list[str]:
     return ["export", str(d / "m.onnx"), "--plan", str(d / "plan.yaml"), "-o", str(d / "o")]
 
 
+def _plan_other_input(d: Path) -> list[str]:
+    _tiny(d)
+    _plan(d, input_shapes={"bogus": [1, 4]})
+    return ["check", str(d / "m.onnx"), "--plan", str(d / "plan.yaml")]
+
+
+def _parallel_unknown(d: Path) -> list[str]:
+    _tiny(d)
+    path = _plan(d)
+    doc = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**doc, "parallelPartitions": "(p0||p9)"}, sort_keys=False))
+    return ["check", str(d / "m.onnx"), "--plan", str(path)]
+
+
 def _output_is_input(d: Path) -> list[str]:
     x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
@@ -426,6 +440,49 @@ def _input_npz(d: Path) -> list[str]:
     np.savez(d / "x.npy", input=np.zeros((1, 4), np.float32))  # an archive under .npy's name
     (d / "x.npy.npz").replace(d / "x.npy")
     return args
+
+
+def _problem_dup_key(d: Path) -> list[str]:
+    """A problem JSON giving a key twice (JSON would keep the last without a word)."""
+    doc = '{"format": "partuner.problem", "version": 1, "nodes": ["a"], "units": ["u"], '
+    (d / "p.json").write_text(doc + '"cost": {"a": {"u": 1.0}}, "cost": {"a": {"x": 2.0}}}')
+    return ["plan", "--load-problem", str(d / "p.json"), "-q"]
+
+
+def _input_fifo(d: Path) -> list[str]:
+    args = _input_array(np.zeros((1, 4), np.float32))(d)
+    (d / "x.npy").unlink()
+    os.mkfifo(d / "x.npy")  # opening it would wait for a writer for ever
+    return args
+
+
+def _input_negative_dim(d: Path) -> list[str]:
+    args = _input_array(np.zeros((1, 4), np.float32))(d)
+    raw = (d / "x.npy").read_bytes().replace(b"(1, 4)", b"(1,-4)")
+    (d / "x.npy").write_bytes(raw)
+    return args
+
+
+def _input_twice(d: Path) -> list[str]:
+    return [*_input_array(np.zeros((1, 4), np.float32))(d), "--input", f"input={d / 'x.npy'}"]
+
+
+def _store_bad_field(d: Path) -> list[str]:
+    """A profile store whose rows were edited by hand to a time of 1e308 µs."""
+    _tiny(d)
+    units = _units(d, {"cpu0": {"backend": "onnxruntime", "threads": 1}})
+    args = ["profile", str(d / "m.onnx"), "--db", str(d / "p.db"), "-q", "--units", str(units)]
+    subprocess.run([*_partuner(), *args], check=True, capture_output=True)
+    with sqlite3.connect(d / "p.db") as db:
+        db.execute("UPDATE measurements SET median_us = 1e308 WHERE status = 'ok'")
+    return ["plan", str(d / "m.onnx"), "--db", str(d / "p.db"), "-q", "--units", str(units)]
+
+
+def _openvino_bad_property(d: Path) -> list[str]:
+    _tiny(d)
+    ov = {"backend": "openvino", "threads": 1, "properties": {"NUM_STREAMS": -5}}
+    units = _units(d, {"ov": ov})
+    return ["plan", str(d / "m.onnx"), "--units", str(units), "--db", str(d / "p.db"), "-q"]
 
 
 def _missing_external(d: Path) -> list[str]:
@@ -653,6 +710,38 @@ CASES: list[Case] = [
     Case("plan with a partition of no nodes", _empty_partition),
     Case("model output that is one of its inputs (no node computes it)", _output_is_input),
     Case("`--input` file that is an `.npz` archive", _input_npz),
+    Case("problem file giving a key twice", _problem_dup_key),
+    Case("`--input` that is a FIFO (opening it would wait for ever)", _input_fifo),
+    Case("`--input` whose `.npy` header claims a negative dimension", _input_negative_dim),
+    Case(
+        "the same `--input` given twice",
+        _input_twice,
+    ),
+    Case("profile store row edited to a time of 1e308 us", _store_bad_field),
+    Case(
+        "units file with `ops: Conv` (a string, not a list)",
+        _with(
+            "u.yaml",
+            "units: {npu: {backend: onnxruntime, ops: Conv}}\n",
+            "units",
+            "--units",
+            "{d}/u.yaml",
+        ),
+    ),
+    Case("OpenVINO unit with a property value OpenVINO refuses", _openvino_bad_property),
+    Case("plan made for an input the model does not have", _plan_other_input),
+    Case("NEST-C `parallelPartitions` naming a partition the plan lacks", _parallel_unknown),
+    Case(
+        "units file of 2000 units",
+        _with(
+            "u.yaml",
+            "units:\n"
+            + "".join(f"  m{i}: {{backend: modeled, gflops: 1.0}}\n" for i in range(2000)),
+            "units",
+            "--units",
+            "{d}/u.yaml",
+        ),
+    ),
 ]
 
 
