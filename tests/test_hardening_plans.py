@@ -912,3 +912,13 @@ def test_plan_fields_that_cannot_be_so_are_refused(tmp_path, model_file):
     late = {**doc["partuner"]["partitions"][0], "start_ms": 99.0, "end_ms": 1.7}
     path.write_text(yaml.safe_dump({**doc, "partuner": {**doc["partuner"], "partitions": [late]}}))
     _fails_cleanly(_cli("check", model_file, "--plan", path), "starts at 99 ms, after its end")
+
+
+def test_unquoted_logical_ids_that_yaml_reads_as_a_number_are_not_refused(tmp_path):
+    """YAML 1.1 reads an unquoted ``logicalIDs: 1:0`` as the number 60 (base 60): a NEST-C
+    plan so written is read, not refused for a count it does not hold."""
+    path = _nestc_plan(
+        tmp_path / "p.yaml", [("p0", "npu", ["n0", "n1"]), ("p1", "cpu", ["n2", "n3"])]
+    )
+    path.write_text(path.read_text() + "logicalIDs: 1:0\n")
+    assert [p.unit for p in read_plan(path).partitions] == ["npu", "cpu"]

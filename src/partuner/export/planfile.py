@@ -578,13 +578,17 @@ def _read_nestc(doc: dict[str, Any], where: str) -> PlanFile:
         )
     count = doc.get("numOfPartitions", len(names))
     if type(count) is not int:
-        raise PlanFileError(f"{where}: numOfPartitions must be a whole number, got {count!r}")
+        raise PlanFileError(
+            f"{where}: numOfPartitions must be a whole number, got {short_repr(count)}"
+        )
     if count != len(names):
         raise PlanFileError(
             f"{where}: numOfPartitions is {count} but partitionNames lists {len(names)}; make "
             "them agree"
         )
-    ids = _split(doc.get("logicalIDs"), "logicalIDs", where) if "logicalIDs" in doc else None
+    # (YAML 1.1 reads an unquoted 1:0:1 as the number 3661: only text is checked)
+    ids = doc.get("logicalIDs")
+    ids = _split(ids, "logicalIDs", where) if isinstance(ids, str) and ids else None
     if ids is not None and (len(ids) != len(names) or not all(i.isdigit() for i in ids)):
         raise PlanFileError(
             f"{where}: `logicalIDs` must hold a whole number >= 0 per partition ({len(names)}), "

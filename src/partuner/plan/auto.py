@@ -40,7 +40,7 @@ __all__ = ["Auto", "Run", "improve", "list_schedule"]
 log = logging.getLogger(__name__)
 
 DEFAULT_TIME_LIMIT_S = 10.0
-#: nodes^3 x units^2 at most for the finer chain programme: O(n^3 U^2), not charged as work
+#: nodes^3 x units^2 at most for the finer chain programme: O(n^3 U^2) memory and work
 #: (DenseNet-121's 430 nodes on two units: 3.2e8; its time: benchmarks/anytime_bench.py)
 WHOLE_HANDOFF_WORK = 8e8
 #: the heuristics a problem too big for its budget is planned with (the methods auto must beat)
