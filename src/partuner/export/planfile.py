@@ -33,11 +33,8 @@ from __future__ import annotations
 import difflib
 import logging
 import math
-import os
 import re
 import reprlib
-import stat
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +43,7 @@ from typing import Any
 import yaml
 
 from partuner.errors import PlanFileError
+from partuner.export.files import atomic_write, default_mode
 from partuner.yamlfile import UniqueKeyLoader, read_yaml
 
 __all__ = [
@@ -116,52 +114,6 @@ class PlanFile:
     @property
     def node_unit(self) -> dict[str, str]:
         return {n: p.unit for p in self.partitions for n in p.nodes}
-
-
-def _umask() -> int:
-    """The process's umask, read without changing it where Linux says it (/proc), else set and
-    restored at once."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def default_mode(path: str | Path) -> None:
-    """Give ``path`` the mode ``open()`` or ``mkdir()`` would have given it under the umask
-    (``tempfile`` makes its files 0600 and folders 0700)."""
-    p = Path(path)
-    p.chmod((0o777 if p.is_dir() else 0o666) & ~_umask())
-
-
-def atomic_write(path: str | Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename (no half-written file).
-
-    The file gets the mode an existing ``path`` has, else the one ``open()`` gives under the
-    umask."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode = stat.S_IMODE(path.stat().st_mode) if path.is_file() else None
-    except OSError:
-        mode = None
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        if mode is None:
-            default_mode(tmp)
-        else:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _ms(us: float | None) -> float | None:
