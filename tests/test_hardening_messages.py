@@ -148,6 +148,7 @@ def test_a_check_that_compares_no_finite_value_does_not_pass():
     nan = {"y": np.full((1, 4), np.nan, np.float32), "z": np.full((2,), np.inf, np.float32)}
     got = check_outputs(nan, {k: v.copy() for k, v in nan.items()})
     assert not got.passed and "no finite value" in got.rule
+    assert not any(c.passed for c in got.outputs)  # no output says it passed either
     some = {**nan, "k": np.array([3], np.int64)}  # an integer output is still compared
     assert check_outputs(some, {k: v.copy() for k, v in some.items()}).passed
     empty = {"y": np.zeros((0, 4), np.float32)}

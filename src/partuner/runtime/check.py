@@ -8,7 +8,7 @@ infinite, and agree elsewhere under the rule.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -146,10 +146,10 @@ def check_outputs(
         r.dtype.kind in "fc" and r.size and not np.isfinite(r).any() for r in reference.values()
     ):
         text = (  # e.g. an all-NaN --input: NaN everywhere "agrees", and says nothing
-            "the reference outputs hold no finite value (NaN/Inf only): nothing to compare; "
-            "check with inputs for which the model gives numbers"
+            "none applies: the reference outputs hold no finite value (NaN/Inf only), nothing "
+            "to compare; check with inputs for which the model gives numbers"
         )
-        return CheckResult(False, precision, text, checks)
+        return CheckResult(False, precision, text, [replace(c, passed=False) for c in checks])
     if bad:
         where = ", ".join(f"{n}: {k}" for n, k in bad.items())
         text = (
