@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import io
 import os
-import sqlite3
 
 import numpy as np
 import pytest
 
 from partuner.cli.cmd_batch import _batch_of
 from partuner.cli.common import read_inputs
-from partuner.errors import PartunerError, PlanFileError, ProfileError, UnitError
+from partuner.errors import PartunerError, PlanFileError, UnitError
 from partuner.plan.problem_json import problem_from_json
-from partuner.profile.store import Measurement, ProfileStore
 from partuner.units import make_unit
 from partuner.units.untrusted import check_plan_units
 
@@ -76,26 +74,6 @@ def test_an_input_given_twice_is_refused(tmp_path):
 def test_a_0d_batch_input_is_said_to_have_no_batch_dimension():
     with pytest.raises(PartunerError, match="--input input is a 0-d array .* no batch dimension"):
         _batch_of({"input": np.array(1.0, np.float32)}, None)
-
-
-@pytest.mark.parametrize(
-    "update, said",
-    [
-        ("p90_us=-9e999", "p90_us = -inf"),
-        ("count='many'", "count = 'many'"),
-        ("detail=x'00ff'", r"detail = b'\x00\xff'"),
-        ("median_us=1e308", "median_us = 1e+308, not a time from 0 to 1e+12 µs"),
-    ],
-)
-def test_a_row_edited_by_hand_names_its_bad_field(tmp_path, update, said):
-    db = tmp_path / "p.db"
-    with ProfileStore(db) as store:
-        store.put("fp", "sig", Measurement(3.0, 2.0, 4.0, 5))
-    with sqlite3.connect(db) as raw:
-        raw.execute(f"UPDATE measurements SET {update}")
-    with ProfileStore(db) as store, pytest.raises(ProfileError) as exc:
-        store.get("fp", "sig")
-    assert said in str(exc.value) and str(db) in str(exc.value), exc.value
 
 
 def test_the_store_bounds_times_as_the_planner_bounds_costs():

@@ -384,16 +384,27 @@ def test_a_read_only_store_from_before_loads_were_kept_reads(open_dir):
 
 
 @pytest.mark.parametrize(
-    "update",
+    "update, said",
     [
-        "median_us='abc'",
-        "detail=x'00ff'",
-        "median_us=-2.5",
-        "median_us=NULL",
+        ("median_us='abc'", "median_us = 'abc'"),
+        ("detail=x'00ff'", r"detail = b'\x00\xff'"),
+        ("median_us=-2.5", "median_us = -2.5"),
+        ("median_us=NULL", "median_us = None"),
+        ("p90_us=-9e999", "p90_us = -inf"),
+        ("count='many'", "count = 'many'"),
+        ("median_us=1e308", "median_us = 1e+308, not a time from 0 to 1e+12 µs"),
     ],
-    ids=["text-time", "blob-detail", "negative-time", "null-time-of-an-ok-row"],
+    ids=[
+        "text-time",
+        "blob-detail",
+        "negative-time",
+        "null-time-of-an-ok-row",
+        "inf-p90",
+        "text-count",
+        "huge-time",
+    ],  # fmt: skip
 )
-def test_a_row_edited_by_hand_is_one_line_naming_the_store(tmp_path, update):
+def test_a_row_edited_by_hand_is_one_line_naming_the_store(tmp_path, update, said):
     """Found by a new-user trial: a text time or a blob detail ended `plan` in a TypeError."""
     import sqlite3
 
@@ -407,6 +418,7 @@ def test_a_row_edited_by_hand_is_one_line_naming_the_store(tmp_path, update):
     with ProfileStore(db) as store, pytest.raises(ProfileError) as exc:
         store.get("fp", "sig")
     assert str(db) in str(exc.value) and "\n" not in str(exc.value)
+    assert said in str(exc.value), exc.value  # the bad field and its value are named
 
 
 @pytest.mark.parametrize("detail", ["not json", '{"partitions": 4}', "[" * 100_000])
