@@ -30,11 +30,8 @@ then name a unit of the units file) and holds the nodes ``nodeToPartition`` maps
 
 from __future__ import annotations
 
-import difflib
 import logging
 import math
-import re
-import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +41,17 @@ import yaml
 
 from partuner.errors import PlanFileError
 from partuner.export.files import atomic_write, default_mode
+from partuner.export.plan_fields import (
+    check_partition_names,
+    colon_list,
+    flag_field,
+    is_safe_name,
+    known_keys,
+    short_repr,
+    text_field,
+    unit_name,
+    us_field,
+)
 from partuner.yamlfile import UniqueKeyLoader, read_yaml
 
 __all__ = [
@@ -196,8 +204,8 @@ def _read_stream(value: object, units: set[str], where: str) -> StreamSpec | Non
     renames = []
     for k, c in enumerate(copies):
         for a, b in c.items():
-            _unit_name(a, f"{key}.copies[{k}]", where)
-            _unit_name(b, f"{key}.copies[{k}]", where)
+            unit_name(a, f"{key}.copies[{k}]", where)
+            unit_name(b, f"{key}.copies[{k}]", where)
         unknown = sorted(set(c) - units)
         if unknown:
             raise PlanFileError(
@@ -234,9 +242,9 @@ def _read_stream(value: object, units: set[str], where: str) -> StreamSpec | Non
         copies=tuple(renames),
         predicted_fps=fps["predicted_fps"],
         fps_bound=fps["fps_bound"],
-        latency_p50_us=_us(lat.get("p50"), f"{key}.latency_ms.p50", where),
-        latency_p99_us=_us(lat.get("p99"), f"{key}.latency_ms.p99", where),
-        max_latency_us=_us(value.get("max_latency_ms"), f"{key}.max_latency_ms", where),
+        latency_p50_us=us_field(lat.get("p50"), f"{key}.latency_ms.p50", where),
+        latency_p99_us=us_field(lat.get("p99"), f"{key}.latency_ms.p99", where),
+        max_latency_us=us_field(value.get("max_latency_ms"), f"{key}.max_latency_ms", where),
     )
 
 
@@ -246,107 +254,9 @@ def write_plan(plan: PlanFile, path: str | Path) -> None:
     atomic_write(path, text)
 
 
-#: the unit-name rule of ``units/config.py``: partition names become file names, unit names too
-#: (``NAME.onnx``), so no ``/``, no leading ``.`` or ``-``
-_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-NAME_MAX = 100
-_RULE = f"use letters, digits, '_', '.' and '-', not starting with '.' or '-', at most {NAME_MAX}"
-_REPR = reprlib.Repr()
-_REPR.maxstring = _REPR.maxother = 60
-_REPR.maxlevel = 3
-
-
-def short_repr(value: object) -> str:
-    """A short ``repr`` for messages, bounded however big or nested ``value`` is."""
-    return _REPR.repr(value)
-
-
-def is_safe_name(name: object) -> bool:
-    """Whether ``name`` may name a partition or unit (and so a file in an export folder).
-
-    Examples
-    --------
-    >>> [is_safe_name(n) for n in ("p0", "conv.1-a", "../x", "/abs", ".hidden", "a\\n", "")]
-    [True, True, False, False, False, False, False]
-    """
-    return isinstance(name, str) and len(name) <= NAME_MAX and bool(_NAME_RE.fullmatch(name))
-
-
-def check_partition_names(names: Sequence[object], where: str) -> None:
-    """Raise PlanFileError naming the first partition name that is not a safe file name
-    (:func:`is_safe_name`) or that repeats another, letter case ignored."""
-    seen: dict[str, str] = {}
-    for name in names:
-        if not is_safe_name(name):
-            raise PlanFileError(
-                f"{where}: bad partition name {short_repr(name)}: {_RULE} characters"
-            )
-        assert isinstance(name, str)
-        first = seen.get(name.lower())
-        if first is not None:
-            also = "" if first == name else f" (as {first!r})"
-            raise PlanFileError(
-                f"{where}: partition name {name!r} appears twice{also}; partition names must "
-                "differ, letter case included: rename one"
-            )
-        seen[name.lower()] = name
-
-
-def _unit_name(value: object, key: str, where: str) -> str:
-    if not is_safe_name(value):
-        raise PlanFileError(
-            f"{where}: `{key}`: bad unit name {short_repr(value)}: {_RULE} characters"
-        )
-    assert isinstance(value, str)
-    return value
-
-
-def _string(value: object, key: str, where: str, default: str) -> str:
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise PlanFileError(f"{where}: `{key}` must be a string, got {short_repr(value)}")
-    return value
-
-
-def _flag(value: object, key: str, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise PlanFileError(f"{where}: `{key}` must be true or false, got {short_repr(value)}")
-    return value
-
-
-def _us(value: object, key: str, where: str) -> float | None:
-    """Milliseconds from the file -> µs; None stays None; anything but a finite number >= 0
-    raises."""
-    if value is None:
-        return None
-    us = math.nan
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        try:
-            us = float(value) * 1000.0
-        except OverflowError:
-            us = math.inf
-    if not 0 <= us < math.inf:
-        raise PlanFileError(
-            f"{where}: `{key}` must be a finite number of milliseconds >= 0, "
-            f"got {short_repr(value)}"
-        )
-    return us
-
-
-def _split(value: Any, key: str, where: str) -> list[str]:
-    if value is None or value == "":
-        return []
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise PlanFileError(
-            f"{where}: `{key}` must be a colon-joined string, got {short_repr(value)}"
-        )
-    return [s.strip() for s in str(value).split(":") if s.strip()]
-
-
 def _parallel(doc: dict[str, Any], where: str, names: Sequence[str]) -> list[list[str]]:
     """``parallelPartitions``: groups ``(pA||pB)`` of the plan's partitions."""
-    groups = _split(doc.get("parallelPartitions"), "parallelPartitions", where)
+    groups = colon_list(doc.get("parallelPartitions"), "parallelPartitions", where)
     out = [g[1:-1].split("||") if g[:1] + g[-1:] == "()" else [] for g in groups]
     for g, got in zip(groups, out, strict=True):
         unknown = next((p for p in got if p not in names), None) if got else g
@@ -395,7 +305,7 @@ def read_plan(path: str | Path) -> PlanFile:
             f"{where}: its `partuner` section has no `partitions` list; fix it, or delete the "
             "section to read the NEST-C keys alone"
         )
-    _known_keys(own, _OWN_KEYS, "partuner", where)
+    known_keys(own, _OWN_KEYS, "partuner", where)
     plan = _read_own(doc, own, where)
     # what NEST-C reads: the same plan? (NEST-C's keys join node names with ':' and cannot
     # hold a name with one: then only the section is read)
@@ -425,18 +335,6 @@ _PART_KEYS = ("name", "unit", "nodes", "start_ms", "end_ms")
 _NESTC_KEYS = ("backendNames", "partitionNames", "nodeToPartition")
 
 
-def _known_keys(entry: dict[str, Any], known: Sequence[str], key: str, where: str) -> None:
-    """A misspelt key would be ignored, its value lost without a word: refuse it."""
-    for name in entry:
-        if name not in known:
-            close = difflib.get_close_matches(str(name), known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise PlanFileError(
-                f"{where}: unknown key {short_repr(name)} in `{key}`{hint}; known: "
-                f"{', '.join(known)}"
-            )
-
-
 def _first_difference(own: PlanFile, nestc: PlanFile) -> str:
     """The first node the partuner section and the NEST-C keys place differently, in words
     (``""`` when they describe one plan)."""
@@ -457,7 +355,7 @@ def _read_own(doc: dict[str, Any], own: dict[str, Any], where: str) -> PlanFile:
     for k, e in enumerate(entries):
         if not isinstance(e, dict) or not {"name", "unit", "nodes"} <= set(e):
             raise PlanFileError(f"{where}: partuner.partitions[{k}] needs name, unit and nodes")
-        _known_keys(e, _PART_KEYS, f"partuner.partitions[{k}]", where)
+        known_keys(e, _PART_KEYS, f"partuner.partitions[{k}]", where)
     check_partition_names([e["name"] for e in entries], where)
     parts = []
     for k, e in enumerate(entries):
@@ -467,14 +365,14 @@ def _read_own(doc: dict[str, Any], own: dict[str, Any], where: str) -> PlanFile:
             raise PlanFileError(
                 f"{where}: `{key}.nodes` must be a list of node names, got {short_repr(nodes)}"
             )
-        start = _us(e.get("start_ms"), f"{key}.start_ms", where)
-        end = _us(e.get("end_ms"), f"{key}.end_ms", where)
+        start = us_field(e.get("start_ms"), f"{key}.start_ms", where)
+        end = us_field(e.get("end_ms"), f"{key}.end_ms", where)
         if start is not None and end is not None and start > end:
             raise PlanFileError(f"{where}: `{key}` starts at {start / 1e3:g} ms, after its end")
         parts.append(
             PartitionSpec(
                 e["name"],
-                _unit_name(e["unit"], f"{key}.unit", where),
+                unit_name(e["unit"], f"{key}.unit", where),
                 tuple(nodes),
                 math.nan if start is None else start,
                 math.nan if end is None else end,
@@ -496,17 +394,17 @@ def _read_own(doc: dict[str, Any], own: dict[str, Any], where: str) -> PlanFile:
             "--units FILE"
         )
     for name in units:
-        _unit_name(name, "partuner.units", where)
+        unit_name(name, "partuner.units", where)
     model = own.get("model", doc.get("funcName"))
     return PlanFile(
         partitions=parts,
-        model=_string(model, "partuner.model", where, ""),
+        model=text_field(model, "partuner.model", where, ""),
         input_shapes={str(k): list(v) for k, v in shapes.items()},
-        scheduler=_string(own.get("scheduler"), "partuner.scheduler", where, "imported"),
-        status=_string(own.get("status"), "partuner.status", where, "imported"),
-        predicted_us=_us(own.get("predicted_ms"), "partuner.predicted_ms", where),
-        lower_bound_us=_us(own.get("lower_bound_ms"), "partuner.lower_bound_ms", where),
-        modeled=_flag(own.get("modeled", False), "partuner.modeled", where),
+        scheduler=text_field(own.get("scheduler"), "partuner.scheduler", where, "imported"),
+        status=text_field(own.get("status"), "partuner.status", where, "imported"),
+        predicted_us=us_field(own.get("predicted_ms"), "partuner.predicted_ms", where),
+        lower_bound_us=us_field(own.get("lower_bound_ms"), "partuner.lower_bound_ms", where),
+        modeled=flag_field(own.get("modeled", False), "partuner.modeled", where),
         units=dict(units),
         parallel=_parallel(doc, where, [p.name for p in parts]),
         source=where,
@@ -519,10 +417,10 @@ def _read_nestc(doc: dict[str, Any], where: str) -> PlanFile:
         if key not in doc:
             raise PlanFileError(f"{where} has no `{key}`: not a NEST-C or partuner plan file")
     backends = [
-        _unit_name(b, "backendNames", where)
-        for b in _split(doc["backendNames"], "backendNames", where)
+        unit_name(b, "backendNames", where)
+        for b in colon_list(doc["backendNames"], "backendNames", where)
     ]
-    names = _split(doc["partitionNames"], "partitionNames", where)
+    names = colon_list(doc["partitionNames"], "partitionNames", where)
     check_partition_names(names, where)
     if len(backends) != len(names):
         raise PlanFileError(
@@ -540,14 +438,14 @@ def _read_nestc(doc: dict[str, Any], where: str) -> PlanFile:
         )
     # (YAML 1.1 reads an unquoted 1:0:1 as the number 3661: only text is checked)
     ids = doc.get("logicalIDs")
-    ids = _split(ids, "logicalIDs", where) if isinstance(ids, str) and ids else None
+    ids = colon_list(ids, "logicalIDs", where) if isinstance(ids, str) and ids else None
     if ids is not None and (len(ids) != len(names) or not all(i.isdigit() for i in ids)):
         raise PlanFileError(
             f"{where}: `logicalIDs` must hold a whole number >= 0 per partition ({len(names)}), "
             f"got {short_repr(doc['logicalIDs'])}"
         )
     nodes: list[list[str]] = [[] for _ in names]
-    for item in _split(doc["nodeToPartition"], "nodeToPartition", where):
+    for item in colon_list(doc["nodeToPartition"], "nodeToPartition", where):
         # `node-index` or `node-index-backend`; node names may contain '-'.
         bits = item.split("-")
         if len(bits) >= 3 and bits[-2].isdigit() and not bits[-1].isdigit():
@@ -580,7 +478,7 @@ def _read_nestc(doc: dict[str, Any], where: str) -> PlanFile:
     ]
     return PlanFile(
         partitions=parts,
-        model=_string(doc.get("funcName"), "funcName", where, ""),
+        model=text_field(doc.get("funcName"), "funcName", where, ""),
         parallel=_parallel(doc, where, names),
         source=where,
     )
