@@ -157,9 +157,10 @@ def test_stream_bad_inputs_fail_in_one_line(tmp_path, branchy_file, units_file, 
     nodes = [x.rsplit("-", 1)[0] for x in doc["nodeToPartition"].split(":")]
     half = len(nodes) // 2
     doc["nodeToPartition"] = ":".join(f"{x}-{int(i >= half)}" for i, x in enumerate(nodes))
-    doc.update(numOfPartitions=2, partitionNames="p0:p1", logicalIDs="0:1", parallelPartitions="")
+    doc.update(numOfPartitions=2, partitionNames="p0:p1", parallelPartitions="")
     for units, flights in [("cpu0:cpu0", [2]), ("cpu0:cpuall", [2]), ("cpu0:cpu1", [3])]:
         doc["backendNames"] = units
+        doc["logicalIDs"] = "0:0" if units == "cpu0:cpu0" else "0:1"
         other = tmp_path / "other.yaml"
         other.write_text(yaml.safe_dump(doc))
         r = _invoke("run", branchy_file, "--plan", other, "--stream", 6, "--json")

@@ -24,10 +24,14 @@ PROBLEM = '{"format": "partuner.problem", "version": 1, "nodes": ["a"], "units":
         ('"cost": {"a": {"u": 1.0}}, "cost": {"a": {"x": 1.0}}', "key 'cost' appears twice"),
         ('"cost": {"a": {"u": 1.0, "u": 2.0}}', "key 'u' appears twice"),
         ('"cost": {"a": {"u": 1%s}}' % ("0" * 5000), "a number in it has too many digits"),
+        ('"cost": {"a": {"u": 1.0, "cpy": 0.5}}', "`cost` of node 'a' names unit 'cpy', not in"),
+        ('"cost": {"a": {"u": 1.0}, "b": {"u": 1.0}}', "`cost` names node 'b', not in `nodes`"),
     ],
-    ids=["top-level", "nested", "5000-digit-int"],
+    ids=["top-level", "nested", "5000-digit-int", "unknown-unit", "unknown-node"],
 )
 def test_a_problem_file_with_a_key_twice_or_a_huge_int_is_refused(body, why):
+    """A key given twice, a 5000-digit number, a cost for a unit or node the file does not
+    list (the planner dropped it without a word): one line each."""
     with pytest.raises(PartunerError, match=why) as exc:
         problem_from_json(PROBLEM % body)
     assert "sys." not in str(exc.value)

@@ -880,6 +880,10 @@ def test_a_refused_plan_whose_nestc_keys_differ_gets_its_error_alone(tmp_path, m
         ({"parallelPartitions": "(p0||p9)"}, "group '(p0||p9)' names no partition 'p9'"),
         ({"parallelPartitions": "(p0||p1):((("}, "group '(((' is not (pA||pB)"),
         ({"nodeToPartition": "n0-0-npu:n1-0:n2-1:n3-1"}, "names backend 'npu', but partition 0"),
+        ({"logicalIDs": "1:1"}, "give p0 on 'cpu' and p1 on 'npu' one ID: one unit, one"),
+        ({"logicalIDs": "0:²"}, "`logicalIDs` must hold a whole number >= 0 per partition"),
+        ({"parallelPartitions": "(p0)"}, "group '(p0)' names one partition: a group holds two"),
+        ({"parallelPartitions": "(p1||p1)"}, "group '(p1||p1)' names a partition twice"),
     ],
 )
 def test_nestc_fields_that_contradict_the_plan_are_refused(tmp_path, change, said):
@@ -922,3 +926,77 @@ def test_unquoted_logical_ids_that_yaml_reads_as_a_number_are_not_refused(tmp_pa
     )
     path.write_text(path.read_text() + "logicalIDs: 1:0\n")
     assert [p.unit for p in read_plan(path).partitions] == ["npu", "cpu"]
+
+
+# -- held-out trial D, left open: logicalIDs and parallel groups that cannot be so -------------
+
+
+def test_logical_ids_and_groups_that_contradict_the_units_are_refused(tmp_path, model_file):
+    """One unit with two logical IDs, a group of two partitions on one unit, a group whose
+    partitions read from each other: NEST-C would be told to run them so; one line each (a
+    new user's trial: these were accepted, and export wrote them again)."""
+    parts = [("p0", "cpu", ["n0", "n1"]), ("p1", "cpu", ["n2"]), ("p2", "npu", ["n3"])]
+    path = _nestc_plan(tmp_path / "p.yaml", parts)
+    doc = yaml.safe_load(path.read_text())
+    for change, said in [
+        ({"logicalIDs": "0:1:2"}, "give p0 on 'cpu' and p1 on 'cpu' two IDs"),
+        ({"logicalIDs": "00:0:1"}, None),  # the same number, written otherwise: accepted
+        ({"parallelPartitions": "(p0||p1)"}, "puts two partitions on unit 'cpu', which runs"),
+    ]:
+        path.write_text(yaml.safe_dump({**doc, **change}))
+        if said is None:
+            assert len(read_plan(path).partitions) == 3
+            continue
+        with pytest.raises(PlanFileError, match=re.escape(said)):
+            read_plan(path)
+    # p2 reads from p1 (n2 -> n3), which reads from p0: (p0||p2) cannot run at once
+    path.write_text(yaml.safe_dump({**doc, "parallelPartitions": "(p0||p2)"}))
+    units = tmp_path / "units.yaml"
+    units.write_text(yaml.safe_dump({"units": {"cpu": CPU, "npu": CPU}}))
+    _fails_cleanly(
+        _cli("export", model_file, "--plan", path, "--units", units, "-o", tmp_path / "out"),
+        "group (p0||p2) cannot run at once: p2 reads from p0",
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_logical_ids_out_of_line_with_the_section_are_named(tmp_path, caplog):
+    """The partuner section runs; NEST-C reads logicalIDs: when they are not those the
+    section's units give, reading warns (once accepted), and export writes them again."""
+    plan = PlanFile(
+        partitions=[PartitionSpec("p0", "cpu", ("a",)), PartitionSpec("p1", "npu", ("b",))],
+        model="tiny.onnx",
+        units={"cpu": CPU, "npu": CPU},
+    )
+    path = tmp_path / "plan.yaml"
+    write_plan(plan, path)
+    doc = yaml.safe_load(path.read_text())
+    assert doc["logicalIDs"] == "0:1"
+    path.write_text(yaml.safe_dump({**doc, "logicalIDs": "1:0"}))
+    with caplog.at_level("WARNING", logger="partuner.export.planfile"):
+        warn_keys_differ(read_plan(path))
+    assert "(logicalIDs '1:0', its units give '0:1')" in caplog.text
+
+
+def test_a_plan_on_a_modeled_unit_is_exported_as_modeled(tmp_path, model_file):
+    """`modeled: false` beside a partition on a modeled unit was written again as it was: the
+    exported plan says it is a prediction."""
+    npu = {"backend": "modeled", "gflops": 100, "gbps": 10, "overhead_us": 10}
+    path = _own_plan(
+        tmp_path / "p.yaml",
+        [("p0", "cpu", ["n0", "n1"]), ("p1", "npu", ["n2", "n3"])],
+        units={"cpu": CPU, "npu": npu},
+    )
+    assert yaml.safe_load(path.read_text())["partuner"].get("modeled") is None  # false
+    r = _cli("export", model_file, "--plan", path, "-o", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert yaml.safe_load((tmp_path / "out" / "plan.yaml").read_text())["partuner"]["modeled"]
+    units = tmp_path / "units.yaml"  # the units of a units file say so too
+    units.write_text(yaml.safe_dump({"units": {"cpu": CPU, "npu": npu}}))
+    doc = yaml.safe_load(path.read_text())
+    doc["partuner"]["units"]["npu"] = CPU
+    path.write_text(yaml.safe_dump(doc))
+    r = _cli("export", model_file, "--plan", path, "--units", units, "-o", tmp_path / "o2")
+    assert r.exit_code == 0, r.output
+    out = yaml.safe_load((tmp_path / "o2" / "plan.yaml").read_text())["partuner"]
+    assert out["modeled"] and out["units"]["npu"]["backend"] == "modeled"  # --units' own

@@ -466,3 +466,25 @@ def test_a_damaged_ray_transport_row_is_measured_again(tmp_path, monkeypatch):
         assert fleet.transport_costs(unit, store) == (900.0, 0.002, 0.003)
         assert len(calls) == 1 and store.get("fp-ray", sig).median_us == 900.0
         assert fleet.transport_costs(unit, store) == (900.0, 0.002, 0.003) and len(calls) == 1
+
+
+def test_a_store_made_by_a_failed_command_is_not_left_behind(tmp_path):
+    """A refused command (`plan` with a unit that is not there) left an empty --db file; one
+    that held rows before, or got some, stays as it is."""
+    new = tmp_path / "new.db"
+    with pytest.raises(RuntimeError), ProfileStore(new):
+        raise RuntimeError("refused")
+    assert sorted(tmp_path.iterdir()) == []
+    row = Measurement(5.0, 4.0, 6.0, 3)
+    with pytest.raises(RuntimeError), ProfileStore(new) as store:
+        store.put("fp", "sig", row)
+        raise RuntimeError("failed after a row was stored")
+    with ProfileStore(new) as store:  # an existing store, failing with nothing new: kept
+        assert store.get("fp", "sig") == row
+    with pytest.raises(RuntimeError), ProfileStore(new):
+        raise RuntimeError("refused")
+    with ProfileStore(new) as store:
+        assert store.get("fp", "sig") == row
+    with ProfileStore(tmp_path / "ok.db"):  # a command that succeeds keeps its store, empty
+        pass
+    assert (tmp_path / "ok.db").is_file()

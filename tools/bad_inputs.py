@@ -427,6 +427,27 @@ def _parallel_unknown(d: Path) -> list[str]:
     return ["check", str(d / "m.onnx"), "--plan", str(path)]
 
 
+def _chain_plan(d: Path, backends: str, **keys: str) -> list[str]:
+    """A NEST-C plan of two partitions for a model of two nodes, r -> n (p1 reads from p0)."""
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    nodes = [helper.make_node("Relu", ["input"], ["h"], name="r")]
+    nodes.append(helper.make_node("Neg", ["h"], ["y"], name="n"))
+    g = helper.make_graph(nodes, "t", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), d / "m.onnx")
+    doc = {"funcName": "m.onnx", "numOfPartitions": 2, "backendNames": backends}
+    doc.update(partitionNames="p0:p1", nodeToPartition="r-0:n-1", **keys)
+    (d / "plan.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return ["check", str(d / "m.onnx"), "--plan", str(d / "plan.yaml")]
+
+
+def _unit_not_here_new_db(d: Path) -> list[str]:
+    _tiny(d)
+    unit = {"backend": "openvino", "device": "GPU", "threads": 1}
+    units = _units(d, {"cpu0": {"backend": "onnxruntime", "threads": 1}, "gpu": unit})
+    return ["plan", str(d / "m.onnx"), "--units", str(units), "--db", str(d / "p.db")]
+
+
 def _output_is_input(d: Path) -> list[str]:
     x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
@@ -446,6 +467,13 @@ def _problem_dup_key(d: Path) -> list[str]:
     """A problem JSON giving a key twice (JSON would keep the last without a word)."""
     doc = '{"format": "partuner.problem", "version": 1, "nodes": ["a"], "units": ["u"], '
     (d / "p.json").write_text(doc + '"cost": {"a": {"u": 1.0}}, "cost": {"a": {"x": 2.0}}}')
+    return ["plan", "--load-problem", str(d / "p.json"), "-q"]
+
+
+def _problem_unknown_unit(d: Path) -> list[str]:
+    """A problem JSON costing a node on a unit it does not list (a typo: `cpy`)."""
+    doc = '{"format": "partuner.problem", "version": 1, "nodes": ["a"], "units": ["cpu"], '
+    (d / "p.json").write_text(doc + '"cost": {"a": {"cpu": 1.0, "cpy": 0.5}}}')
     return ["plan", "--load-problem", str(d / "p.json"), "-q"]
 
 
@@ -731,6 +759,24 @@ CASES: list[Case] = [
     Case("OpenVINO unit with a property value OpenVINO refuses", _openvino_bad_property),
     Case("plan made for an input the model does not have", _plan_other_input),
     Case("NEST-C `parallelPartitions` naming a partition the plan lacks", _parallel_unknown),
+    Case(
+        "NEST-C `logicalIDs` giving one unit two IDs",
+        lambda d: _chain_plan(d, "cpu0:cpu0", logicalIDs="0:1"),
+    ),
+    Case(
+        "NEST-C `parallelPartitions` group of one partition",
+        lambda d: _chain_plan(d, "cpu0:cpu1", parallelPartitions="(p0)"),
+    ),
+    Case(
+        "NEST-C `parallelPartitions` group whose partitions read from each other",
+        lambda d: _chain_plan(d, "cpu0:cpu1", parallelPartitions="(p0||p1)"),
+    ),
+    Case("problem file costing a node on a unit it does not list", _problem_unknown_unit),
+    Case(
+        "unit not available here, with a new `--db` (no empty store left)",
+        _unit_not_here_new_db,
+        absent=("p.db",),
+    ),
     Case(
         "units file of 2000 units",
         _with(

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 
 from partuner.errors import PlanFileError
-from partuner.export import PlanFile, cut, dependency_order, warn_keys_differ
+from partuner.export import PlanFile, cut, dependency_order, partition_order, warn_keys_differ
 from partuner.graph import ModelGraph
 from partuner.plan import Problem, plan_from_assignment
 from partuner.units import Unit, UnitSet
@@ -63,6 +63,8 @@ def plan_from_file(
                 + (f" ({len(bad)} such nodes)" if len(bad) > 1 else "")
                 + "; move it to a unit that runs it, or plan again"
             )
+    # a prediction wherever a partition runs on a modeled unit, whatever the file said
+    pf.modeled = pf.modeled or any(units[p.unit].modeled for p in pf.partitions if p.unit in units)
     warn_keys_differ(pf)  # the plan is accepted: now a warning is worth a line
     if problem is not None:
         plan = plan_from_assignment(problem, pf.node_unit)
@@ -102,5 +104,29 @@ def check_plan_model(pf: PlanFile, graph: ModelGraph, *, accepted: bool = True) 
             late.name,
         )
         pf.partitions = ordered
+    _check_groups(pf, graph)
     if accepted:
         warn_keys_differ(pf)
+
+
+def _check_groups(pf: PlanFile, graph: ModelGraph) -> None:
+    """Raise PlanFileError if a ``parallelPartitions`` group holds a partition that reads,
+    directly or not, from another of its group: they cannot run at the same time."""
+    if not pf.parallel:
+        return
+    deps = partition_order(graph, [(p.name, p.nodes) for p in pf.partitions])
+    for group in pf.parallel:
+        for p in group:
+            seen, todo = set(), list(deps.get(p, ()))
+            while todo:  # the partitions p reads from, directly or not
+                q = todo.pop()
+                if q not in seen:
+                    seen.add(q)
+                    todo.extend(deps.get(q, ()))
+            before = next((q for q in group if q in seen), None)
+            if before is not None:
+                raise PlanFileError(
+                    f"plan {pf.source or '(in memory)'}: `parallelPartitions` group "
+                    f"({'||'.join(group)}) cannot run at once: {p} reads from {before}; take "
+                    "one of them out of the group, or plan again"
+                )

@@ -75,8 +75,8 @@ def export_cmd(
     if units_file:
         units = load_units_cli(units_file)
         plan_from_file(pf, g, units, runs=False)
-        if not pf.units:  # a NEST-C plan: its units are those of the file given
-            pf.units = {u: units[u].spec() for u in dict.fromkeys(p.unit for p in pf.partitions)}
+        # the plan is checked against (and runs on) the units of the file given: written so
+        pf.units = {u: units[u].spec() for u in dict.fromkeys(p.unit for p in pf.partitions)}
     else:
         check_plan_model(pf, g)
     options = LegalizeOptions(opset, fold_constants, legal_names, external_data_threshold)

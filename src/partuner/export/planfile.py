@@ -254,16 +254,33 @@ def write_plan(plan: PlanFile, path: str | Path) -> None:
     atomic_write(path, text)
 
 
-def _parallel(doc: dict[str, Any], where: str, names: Sequence[str]) -> list[list[str]]:
-    """``parallelPartitions``: groups ``(pA||pB)`` of the plan's partitions."""
+def _parallel(
+    doc: dict[str, Any], where: str, names: Sequence[str], units: Sequence[str]
+) -> list[list[str]]:
+    """``parallelPartitions``: groups ``(pA||pB)`` of two or more of the plan's partitions,
+    each on another unit (they run at the same time)."""
     groups = colon_list(doc.get("parallelPartitions"), "parallelPartitions", where)
     out = [g[1:-1].split("||") if g[:1] + g[-1:] == "()" else [] for g in groups]
+    unit_of = dict(zip(names, units, strict=True))
     for g, got in zip(groups, out, strict=True):
         unknown = next((p for p in got if p not in names), None) if got else g
         if unknown is not None:
             raise PlanFileError(
                 f"{where}: `parallelPartitions` group {short_repr(g)} "
                 + (f"names no partition {short_repr(unknown)}" if got else "is not (pA||pB)")
+            )
+        on = [unit_of[p] for p in got]
+        shared = next((u for u in on if on.count(u) > 1), None)
+        if len(got) < 2 or shared is not None:
+            raise PlanFileError(
+                f"{where}: `parallelPartitions` group {short_repr(g)} "
+                + (
+                    "names one partition: a group holds two or more that run at the same time"
+                    if len(got) < 2
+                    else "names a partition twice"
+                    if len(set(got)) < len(got)
+                    else f"puts two partitions on unit {shared!r}, which runs one at a time"
+                )
             )
     return out
 
@@ -312,6 +329,10 @@ def read_plan(path: str | Path) -> PlanFile:
     colon = any(":" in n for p in plan.partitions for n in p.nodes)
     if all(key in doc for key in _NESTC_KEYS) and not colon:
         plan.keys_differ = _first_difference(plan, _read_nestc(doc, where))
+        ids, want = doc.get("logicalIDs"), plan_to_dict(plan)["logicalIDs"]
+        if isinstance(ids, str) and colon_list(ids, "logicalIDs", where) != want.split(":"):
+            said = f"logicalIDs {short_repr(ids)}, its units give {short_repr(want)}"
+            plan.keys_differ = plan.keys_differ or said
     return plan
 
 
@@ -404,9 +425,10 @@ def _read_own(doc: dict[str, Any], own: dict[str, Any], where: str) -> PlanFile:
         status=text_field(own.get("status"), "partuner.status", where, "imported"),
         predicted_us=us_field(own.get("predicted_ms"), "partuner.predicted_ms", where),
         lower_bound_us=us_field(own.get("lower_bound_ms"), "partuner.lower_bound_ms", where),
-        modeled=flag_field(own.get("modeled", False), "partuner.modeled", where),
+        modeled=flag_field(own.get("modeled", False), "partuner.modeled", where)
+        or any(units.get(p.unit, {}).get("backend") == "modeled" for p in parts),
         units=dict(units),
-        parallel=_parallel(doc, where, [p.name for p in parts]),
+        parallel=_parallel(doc, where, [p.name for p in parts], [p.unit for p in parts]),
         source=where,
         stream=_read_stream(own.get("stream"), {p.unit for p in parts}, where),
     )
@@ -439,11 +461,23 @@ def _read_nestc(doc: dict[str, Any], where: str) -> PlanFile:
     # (YAML 1.1 reads an unquoted 1:0:1 as the number 3661: only text is checked)
     ids = doc.get("logicalIDs")
     ids = colon_list(ids, "logicalIDs", where) if isinstance(ids, str) and ids else None
-    if ids is not None and (len(ids) != len(names) or not all(i.isdigit() for i in ids)):
+    if ids is not None and (
+        len(ids) != len(names) or not all(i.isascii() and i.isdigit() for i in ids)
+    ):
         raise PlanFileError(
             f"{where}: `logicalIDs` must hold a whole number >= 0 per partition ({len(names)}), "
             f"got {short_repr(doc['logicalIDs'])}"
         )
+    ids = [i.lstrip("0") or "0" for i in ids or ()]
+    first: dict[str, int] = {}  # one unit, one logical ID: the first partition of each
+    for k, (b, i) in enumerate(zip(backends, ids, strict=False)):
+        j = min(first.setdefault(f"u{b}", k), first.setdefault(f"i{i}", k))
+        if (backends[j] == b) != (ids[j] == i):
+            raise PlanFileError(
+                f"{where}: `logicalIDs` give {names[j]} on {backends[j]!r} and {names[k]} on "
+                f"{b!r} {'one ID' if ids[j] == i else 'two IDs'}: one unit, one logical ID; make "
+                "them agree with backendNames"
+            )
     nodes: list[list[str]] = [[] for _ in names]
     for item in colon_list(doc["nodeToPartition"], "nodeToPartition", where):
         # `node-index` or `node-index-backend`; node names may contain '-'.
@@ -479,6 +513,6 @@ def _read_nestc(doc: dict[str, Any], where: str) -> PlanFile:
     return PlanFile(
         partitions=parts,
         model=text_field(doc.get("funcName"), "funcName", where, ""),
-        parallel=_parallel(doc, where, names),
+        parallel=_parallel(doc, where, names, backends),
         source=where,
     )

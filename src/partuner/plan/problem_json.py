@@ -110,7 +110,7 @@ def problem_from_dict(data: Any) -> Problem:
                 f"(format {data.get('format')!r}, version {data.get('version')!r})"
             )
         dl = data.get("default_link", {"latency_us": 0.0, "gbps": "inf"})
-        return Problem(
+        problem = Problem(
             nodes=_field("nodes", lambda: [str(n) for n in data["nodes"]]),
             units=_field("units", lambda: [str(u) for u in data["units"]]),
             cost=_field(
@@ -176,12 +176,28 @@ def problem_from_dict(data: Any) -> Problem:
             memory_bytes=_field("memory_bytes", lambda: _floats(data, "memory_bytes")),
             corun=_field("corun", lambda: _floats(data, "corun")),
         )
+        _only_known(problem)
+        return problem
     except PartunerError:
         raise
     except KeyError as exc:
         raise PartunerError(f"problem JSON lacks required key {exc.args[0]!r}") from None
     except (AttributeError, TypeError, ValueError, OverflowError, RecursionError) as exc:
         raise PartunerError(f"malformed problem JSON: {str(exc)[:200]}") from None
+
+
+def _only_known(p: Problem) -> None:
+    """Refuse costs the planner would drop without a word: for a node or unit not listed."""
+    units, nodes = set(p.units), set(p.nodes)
+    for n, row in p.cost.items():
+        if n not in nodes:
+            raise PartunerError(f"malformed problem JSON: `cost` names node {n!r}, not in `nodes`")
+        other = next((u for u in row if u not in units), None)
+        if other is not None:
+            raise PartunerError(
+                f"malformed problem JSON: `cost` of node {n!r} names unit {other!r}, not in "
+                f"`units` {p.units[:8]}; fix the name or add the unit"
+            )
 
 
 def problem_from_json(text: str) -> Problem:

@@ -150,6 +150,10 @@ def _kind(exc: sqlite3.Error) -> str:
     return "other"
 
 
+#: the files SQLite keeps beside a store while it is open
+_SIDE = ("-wal", "-shm", "-journal")
+
+
 class ProfileStore:
     """A SQLite-backed map ``(fingerprint, signature) -> Measurement``.
 
@@ -162,6 +166,8 @@ class ProfileStore:
         self.read_only = False
         self._why_read_only = ""
         self._conditions = True  # the conditions table is there (a read-only older store: no)
+        # made by this store: a command that fails before it stores a row leaves no file behind
+        self._made = str(self.path) != ":memory:" and not self.path.exists()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -325,8 +331,19 @@ class ProfileStore:
     def __enter__(self) -> ProfileStore:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, failed: object, *exc: object) -> None:
+        empty = failed is not None and self._made and not self.read_only and self._empty()
         self.close()
+        if empty:  # a refused command made this file and stored nothing in it
+            for q in (self.path, *(self.path.with_name(self.path.name + s) for s in _SIDE)):
+                q.unlink(missing_ok=True)
+
+    def _empty(self) -> bool:
+        try:
+            with self._guard():
+                return self._db.execute("SELECT 1 FROM measurements LIMIT 1").fetchone() is None
+        except ProfileError:
+            return False
 
     def get(self, fingerprint: str, signature: str) -> Measurement | None:
         load = (  # the conditions table, where the store has one (older read-only: none)
