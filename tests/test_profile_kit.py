@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from partuner.cli import main
-from partuner.errors import ProfileError, UnitError
+from partuner.errors import ProfileError
 from partuner.graph import load_model, zoo
 from partuner.profile import ProfileStore, find_chains, model_digest, node_signature, profile_model
 from partuner.profile.context import chain_cuts
@@ -136,7 +136,7 @@ def test_results_for_another_model_or_unit_are_refused(branchy, results, tmp_pat
         with pytest.raises(ProfileError, match="units file the kit was made with"):
             import_results(store, branchy, results, changed)
         missing = load_units_text(tmp_path, "gpu0: {backend: onnxruntime}")
-        with pytest.raises(UnitError, match="unknown unit 'cpu0'"):
+        with pytest.raises(ProfileError, match="unit 'cpu0', which .* does not define"):
             import_results(store, branchy, results, missing)
         data = json.loads(results.read_text())
         data["units"][0]["fingerprint"] = "onnxruntime-0-cpu-t1-f32-000000000000"
@@ -237,3 +237,51 @@ def test_runner_times_nothing_on_the_cpu_for_a_provider_it_cannot_set_up(tmp_pat
     cpu = {"name": "c", "backend": "onnxruntime"}
     cpu["session"] = {**session, "provider": "CPUExecutionProvider"}
     assert run_item(Backend(cpu), tmp_path, item, 0.05)[4] == "ok"
+
+
+def test_results_lacking_units_are_refused_not_timed_here(branchy, results, tmp_path):
+    """A kit run for no unit (a misspelt `--units`), or for some of the units file's only:
+    import refused, nothing stored (the units left out were timed on this machine)."""
+    data = json.loads(results.read_text())
+    some = tmp_path / "some.json"
+    cpu0 = [u for u in data["units"] if u["name"] == "cpu0"]
+    some.write_text(json.dumps({**data, "units": cpu0}))
+    more = {"units": {"cpu0": UNITS["units"]["cpu0"], "cpu1": {"backend": "onnxruntime"}}}
+    none = tmp_path / "none.json"
+    none.write_text(json.dumps({**data, "units": []}))
+    bad = json.loads(results.read_text())
+    first = next(iter(bad["units"][0]["measurements"]))
+    bad["units"][0]["measurements"][first] = [-5.0, 1.0, 2.0, 3, "ok", ""]
+    (tmp_path / "neg.json").write_text(json.dumps(bad))
+    (tmp_path / "null.json").write_text(json.dumps({**data, "units": [None]}))
+    db = tmp_path / "p.db"
+    with ProfileStore(db) as store:
+        with pytest.raises(ProfileError, match=r"no measurements of unit\(s\) \['cpu1'\]"):
+            import_results(store, branchy, some, units_from_mapping(more))
+        with pytest.raises(ProfileError, match="no measurements of unit.* any .*kit ran none"):
+            import_results(store, branchy, none)
+        with pytest.raises(ProfileError, match=r"a time of -5.0 us, not a finite number >= 0\)"):
+            import_results(store, branchy, tmp_path / "neg.json")
+        with pytest.raises(ProfileError, match="a field is not of the type run_profile.py"):
+            import_results(store, branchy, tmp_path / "null.json")
+        assert store.summary() == []
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--kit", "nokit"], "no kit at nokit (it holds no manifest.json)"),
+        (["--units", "nope"], "--units names ['nope'], not units of this kit"),
+        (["--budget", "-1"], "--budget must be a number of seconds > 0, got -1.0"),
+    ],
+)
+def test_runner_refuses_a_wrong_argument_in_one_line(results, tmp_path, args, said):
+    script = results.parent / "run_profile.py"
+    r = subprocess.run(
+        [sys.executable, str(script), *args, "--out", str(tmp_path / "r.json")],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and line.startswith("run_profile.py: error: ") and said in line, line
+    assert not (tmp_path / "r.json").exists()

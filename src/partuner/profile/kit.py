@@ -206,8 +206,9 @@ def _measurement(row: list) -> Measurement:
     if status != "ok" or med is None:
         return Measurement(math.inf, math.inf, math.inf, 0, "unsupported", f"refused: {detail}")
     times = [float(med), float(p10), float(p90)]
-    if not all(math.isfinite(t) and t >= 0 for t in times):
-        raise ValueError(f"a time of {times} is not a finite number >= 0")
+    bad = next((t for t in times if not (math.isfinite(t) and t >= 0)), None)
+    if bad is not None:
+        raise ValueError(f"a time of {bad} us, not a finite number >= 0")
     return Measurement(*times, int(count), "ok", str(detail or ""))
 
 
@@ -235,18 +236,25 @@ def import_results(
 
     Raises
     ------
-    ProfileError : not a results file, results for another model, or a unit whose
-        fingerprint does not match (tampered, or ``units`` defines it differently).
-    UnitError : a unit of the results is not in ``units``.
+    ProfileError : not a results file, results for another model, a unit whose
+        fingerprint does not match (tampered, or ``units`` defines it differently), a unit of
+        the results that ``units`` lacks, or no results for a unit of ``units`` (nor any).
     """
     p = Path(path)
     data = _load(p)
     try:  # the file comes from a board: read all of it before anything is stored
         imp, writes = _read_results(p, data, graph, units)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        why = (
+            f"it lacks the key {str(exc)[:60]}"
+            if isinstance(exc, KeyError)
+            else str(exc)[:120]
+            if isinstance(exc, ValueError)
+            else "a field is not of the type run_profile.py writes"
+        )
         raise ProfileError(
-            f"{p} is not a well-formed kit results file ({type(exc).__name__}: "
-            f"{str(exc)[:80]}); re-run the kit and pass its results.json"
+            f"{p} is not a well-formed kit results file ({why}); re-run the kit and pass its "
+            "results.json"
         ) from None
     for write in writes:
         write(store)
@@ -279,6 +287,12 @@ def _read_results(
                 f"{p}: unit {name!r} has an inconsistent fingerprint; re-run the kit"
             )
         if units is not None:
+            if name not in units:
+                raise ProfileError(
+                    f"{p} holds measurements of unit {name!r}, which {units.source} does not "
+                    f"define (its units: {list(units.units)[:8]}); pass the units file the kit "
+                    "was made with"
+                )
             local = dict(unit_fields(units[name]))
             if "device_name" in fields["speed"]:
                 local["speed"] = dict(local["speed"], device_name=fields["speed"]["device_name"])
@@ -316,6 +330,14 @@ def _read_results(
                 for n, m in dev.items()
                 if m is not None
             }
+    ran = ", ".join(imp.fingerprints) or "none"
+    lack = [] if units is None else [u.name for u in units if u.name not in imp.fingerprints]
+    lack = [n for n in lack if not units[n].modeled]  # type: ignore[index]
+    if not imp.fingerprints or lack:
+        raise ProfileError(
+            f"{p} holds no measurements of unit(s) {lack or 'any'} (the kit ran {ran}); run "
+            "the kit for them (run_profile.py --units NAMES), or leave them out of the units file"
+        )
     hand = {int(n): Measurement(*r[:3], int(r[3])) for n, r in data["handoff"].items()}
     names = list(imp.fingerprints)
     for i, a in enumerate(names):

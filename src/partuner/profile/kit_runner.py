@@ -256,6 +256,12 @@ def run_item(backend: Backend, kit: Path, item: dict, budget_s: float) -> list:
         return [None, None, None, 0, "unsupported" if refused else "failed", why]
 
 
+def _fail(message: str) -> None:
+    """One line on stderr, exit 2 (a wrong argument or kit)."""
+    print(f"run_profile.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main(argv: list | None = None) -> int:
     here = Path(__file__).resolve().parent
     ap = argparse.ArgumentParser(description="Run a partuner profiling kit on this machine.")
@@ -266,9 +272,23 @@ def main(argv: list | None = None) -> int:
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     kit = Path(args.kit)
-    manifest = json.loads((kit / "manifest.json").read_text(encoding="utf-8"))
+    if not (kit / "manifest.json").is_file():
+        _fail(
+            f"no kit at {kit} (it holds no manifest.json); pass --kit KIT, the folder "
+            "`partuner profile MODEL --units FILE --kit KIT` wrote"
+        )
+    try:
+        manifest = json.loads((kit / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        _fail(f"{kit / 'manifest.json'} is not a kit's manifest ({exc}); write the kit again")
+    if args.budget is not None and not 0 < args.budget < float("inf"):
+        _fail(f"--budget must be a number of seconds > 0, got {args.budget}")
     budget = args.budget if args.budget is not None else manifest["budget_s"]
     wanted = [u for u in args.units.split(",") if u]
+    known = [u["name"] for u in manifest["units"]]
+    unknown = [u for u in wanted if u not in known]
+    if unknown:
+        _fail(f"--units names {unknown}, not units of this kit (its units: {known})")
     units = [u for u in manifest["units"] if not wanted or u["name"] in wanted]
     host = host_cpu_model()
     out = Path(args.out) if args.out else kit / "results.json"
