@@ -254,6 +254,11 @@ def test_results_lacking_units_are_refused_not_timed_here(branchy, results, tmp_
     bad["units"][0]["measurements"][first] = [-5.0, 1.0, 2.0, 3, "ok", ""]
     (tmp_path / "neg.json").write_text(json.dumps(bad))
     (tmp_path / "null.json").write_text(json.dumps({**data, "units": [None]}))
+    dead = json.loads(results.read_text())  # a unit that could run nothing on the board
+    why = "RuntimeError: Cannot load library libopenvino_intel_gpu_plugin.so"
+    for sig in dead["units"][0]["measurements"]:
+        dead["units"][0]["measurements"][sig] = [None, None, None, 0, "failed", why]
+    (tmp_path / "dead.json").write_text(json.dumps(dead))
     db = tmp_path / "p.db"
     with ProfileStore(db) as store:
         with pytest.raises(ProfileError, match=r"no measurements of unit\(s\) \['cpu1'\]"):
@@ -264,6 +269,8 @@ def test_results_lacking_units_are_refused_not_timed_here(branchy, results, tmp_
             import_results(store, branchy, tmp_path / "neg.json")
         with pytest.raises(ProfileError, match="a field is not of the type run_profile.py"):
             import_results(store, branchy, tmp_path / "null.json")
+        with pytest.raises(ProfileError, match=f"failed every item on .* \\(the first: {why}\\)"):
+            import_results(store, branchy, tmp_path / "dead.json")
         assert store.summary() == []
 
 

@@ -312,6 +312,12 @@ def _read_results(
         writes.append(lambda st, t=target, f=fields: record_target(st, t, f))
         desc = f"{name} on {host} (partuner kit, {version})"
         rows = {str(sig): _measurement(r) for sig, r in entry["measurements"].items()}
+        if rows and all(m.status == "failed" for m in rows.values()):
+            raise ProfileError(
+                f"{p}: unit {name!r} failed every item on {host} (the first: "
+                f"{next(iter(rows.values())).detail[:320]}); make it run there (its backend, "
+                "device, options) and run the kit again, or leave it out (run_profile.py --units)"
+            )
         for sig, m in rows.items():
             writes.append(lambda st, fp=fp, sig=sig, m=m, d=desc: st.put(fp, sig, m, description=d))
             imp.rows += 1

@@ -230,6 +230,8 @@ def feeds_for(inputs: dict, seed: int = 0) -> dict:
     return out
 
 
+#: OpenVINO's first lines, saying where in its code an error was raised (not what is wrong)
+_WHERE = re.compile(r"(Exception from|Check '.*' failed at) \S+:\d+:$")
 #: markers of a backend's refusal (the same as partuner.profile.measure's; this file runs alone)
 REFUSALS = ("No conversion rule found", "OpConversionFailure", "NOT_IMPLEMENTED")
 
@@ -247,8 +249,10 @@ def run_item(backend: Backend, kit: Path, item: dict, budget_s: float) -> list:
 
         return [*time_call(chain, budget_s), "ok", item.get("detail", "")]
     except Exception as exc:  # a rejected sub-model is data
-        text = str(exc).strip().splitlines()
-        why = f"{type(exc).__name__}: {text[0][:200] if text else ''}"
+        # the first line saying what is wrong (OpenVINO's open with where it was raised)
+        text = [t.strip() for t in str(exc).splitlines() if t.strip()]
+        said = [t for t in text if not _WHERE.match(t)] or text
+        why = f"{type(exc).__name__}: {said[0][:300] if said else ''}"
         # The backend refusing the item is final; anything else (a crash, a timeout) is a
         # failure that a later run of the kit may not repeat (partuner.profile.measure.refusal).
         refused = isinstance(exc, NotImplementedError) or type(exc).__name__ == "NotImplemented"
@@ -302,6 +306,7 @@ def main(argv: list | None = None) -> int:
         "handoff": handoff(manifest["link_sizes"]),
         "units": [],
     }
+    failed: list = []  # units that could run nothing here
     for unit in units:
         backend = Backend(unit)
         speed = backend.speed()
@@ -314,6 +319,10 @@ def main(argv: list | None = None) -> int:
                 print(f"\r{unit['name']}: {k + 1}/{len(items)}", end="", file=sys.stderr)
         if not args.quiet:
             print(file=sys.stderr)
+        if items and all(r[4] == "failed" for r in rows.values()):
+            failed.append(unit["name"])
+            why = next(iter(rows.values()))[5]
+            print(f"unit {unit['name']}: every item failed here ({why})", file=sys.stderr)
         results["units"].append(
             {
                 "name": unit["name"],
@@ -329,7 +338,7 @@ def main(argv: list | None = None) -> int:
     os.replace(tmp, out)
     if not args.quiet:
         print(f"wrote {out}", file=sys.stderr)
-    return 0
+    return 1 if failed else 0  # the results say which units failed; import refuses those
 
 
 if __name__ == "__main__":

@@ -359,10 +359,11 @@ def profile_model(
         if m.status == FAILED and not sig.startswith("__region__"):  # regions.py says why
             log.warning(
                 "unit %s: timing %s failed (%s); it counts as unable to run it in this profile "
-                "only, and the next profiling run times it again",
+                "only, and %s",
                 unit.name,
                 label or _label(sig),
                 m.detail,
+                "the next profiling run times it again" if can_time else "a new kit run may not",
             )
         return m
 
