@@ -488,3 +488,18 @@ def test_a_store_made_by_a_failed_command_is_not_left_behind(tmp_path):
     with ProfileStore(tmp_path / "ok.db"):  # a command that succeeds keeps its store, empty
         pass
     assert (tmp_path / "ok.db").is_file()
+
+
+def test_listing_remote_units_creates_no_store(tmp_path):
+    """`partuner units` with a remote unit and a new --db made an empty store (a new user's
+    trial): looking creates nothing."""
+    from click.testing import CliRunner
+
+    from partuner.cli import main
+
+    units = tmp_path / "board.yaml"
+    units.write_text("units:\n  b0: {backend: onnxruntime, threads: 1, remote: true}\n")
+    r = CliRunner().invoke(main, ["units", "--units", str(units), "--db", str(tmp_path / "n.db")])
+    assert r.exit_code == 0, r.output
+    assert "no kit results imported yet" in r.output
+    assert not (tmp_path / "n.db").exists()

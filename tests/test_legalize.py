@@ -223,6 +223,13 @@ def test_external_data_moves_big_weights(tmp_path, branchy):
     np.testing.assert_array_equal(got[branchy.outputs[0]], ref[branchy.outputs[0]])
 
 
+def test_a_threshold_of_zero_alone_is_an_option_given():
+    """`--external-data-threshold 0` alone was taken for no option (0 == False): nothing was
+    moved and the manifest said nothing (a new user's trial)."""
+    assert LegalizeOptions(external_data_threshold=0).any
+    assert not LegalizeOptions().any and not LegalizeOptions(fold_constants=False).any
+
+
 def test_legalize_report_lists_passes(branchy):
     opts = LegalizeOptions(opset=18, fold_constants=True, legal_names=True)
     m, rep = legalize(branchy.model, opts)

@@ -292,3 +292,14 @@ def test_runner_refuses_a_wrong_argument_in_one_line(results, tmp_path, args, sa
     line = r.stderr.strip()
     assert "\n" not in line and line.startswith("run_profile.py: error: ") and said in line, line
     assert not (tmp_path / "r.json").exists()
+
+
+def test_a_kit_written_again_sets_the_earlier_results_aside(branchy, tmp_path, caplog):
+    """Writing a kit into a folder holding an earlier kit's results.json left it there, to be
+    imported as the new kit's (a new user's trial)."""
+    (tmp_path / "results.json").write_text('{"earlier": true}')
+    with caplog.at_level("WARNING", logger="partuner"):
+        write_kit(branchy, _units(), tmp_path, budget_s=0.01, link_sizes=SIZES)
+    assert not (tmp_path / "results.json").exists()
+    assert (tmp_path / "results.earlier.json").read_text() == '{"earlier": true}'
+    assert "moved to results.earlier.json" in caplog.text

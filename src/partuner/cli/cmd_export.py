@@ -38,7 +38,10 @@ from partuner.cli.stages import load_units_cli
     "-o", "--output", required=True, type=WritePath(file_okay=False), help="Output folder."
 )
 @click.option(
-    "--opset", type=click.IntRange(min=1), default=None, help="Convert partitions to this opset."
+    "--opset",
+    type=click.IntRange(min=7),
+    default=None,
+    help="Convert partitions to this opset (7 to the newest the installed onnx knows).",
 )
 @click.option("--fold-constants", is_flag=True, help="Fold constant subgraphs into initializers.")
 @click.option(
@@ -82,13 +85,15 @@ def export_cmd(
     options = LegalizeOptions(opset, fold_constants, legal_names, external_data_threshold)
     if not options.any:
         parts = export_plan(g, pf, output)
-        console.print(f"wrote {len(parts)} partitions, manifest.json and plan.yaml to {output}")
+        many = "partition" if len(parts) == 1 else "partitions"
+        console.print(f"wrote {len(parts)} {many}, manifest.json and plan.yaml to {output}")
         return
     parts, man = export_legalized(g, pf, output, options)
     passes = sorted({x for q in man["partitions"] for x in q["legalize"]["passes"]})
     folded = sum(q["legalize"]["folded_nodes"] for q in man["partitions"])
     renamed = len(man["legalize"]["value_names"])
     console.print(
-        f"wrote {len(parts)} legalized partitions, manifest.json and plan.yaml to {output} "
+        f"wrote {len(parts)} legalized partition{'' if len(parts) == 1 else 's'}, manifest.json "
+        f"and plan.yaml to {output} "
         f"(passes: {', '.join(passes)}; {folded} nodes folded, {renamed} boundary values renamed)"
     )

@@ -29,11 +29,15 @@ def _remote_sources(us: Any, db: str | None) -> dict[str, str]:
     remote = [u for u in us if u.remote is not None]
     if not remote:
         return {}
-    from partuner.profile import ProfileStore
+    from pathlib import Path
+
+    from partuner.profile import ProfileStore, default_db_path
     from partuner.profile.remote import find_targets
 
     out = {}
-    with ProfileStore(db) as store:
+    path = Path(db) if db else default_db_path()
+    # looking creates nothing: with no store there, a store of no rows says the same
+    with ProfileStore(path if path.is_file() else ":memory:") as store:
         for unit in remote:
             found = find_targets(store, unit)
             fp = unit.remote.get("fingerprint")

@@ -242,7 +242,8 @@ class LegalizeOptions:
 
     @property
     def any(self) -> bool:
-        return any(v not in (None, False) for v in asdict(self).values())
+        # `is`, not `in`: a threshold of 0 (every weight to a .data file) equals False
+        return any(v is not None and v is not False for v in asdict(self).values())
 
 
 @dataclass

@@ -104,6 +104,14 @@ def write_kit(
         for u in real
     ]
     (out / "models").mkdir(parents=True, exist_ok=True)
+    stale = out / "results.json"  # the earlier kit's results: kept, not taken for this kit's
+    if stale.is_file():
+        stale.replace(out / "results.earlier.json")
+        log.warning(
+            "%s held the results of an earlier kit: moved to results.earlier.json, so that "
+            "they are not imported as this kit's",
+            out,
+        )
     items: list[dict[str, Any]] = []
 
     by_name = {u.name: u for u in real}
