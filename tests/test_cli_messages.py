@@ -432,3 +432,24 @@ def test_compare_calls_a_plan_optimal_only_when_it_meets_the_bound():
     )
     assert _own_status(SimpleNamespace(status="optimal", predicted_us=8272.0), bound) == "optimal"
     assert _own_status(SimpleNamespace(status="feasible", predicted_us=8275.0), bound) == "feasible"
+
+
+def test_an_op_no_backend_knows_is_named_with_its_domain(tmp_path):
+    """A custom-domain op on onnxruntime units with no ops list: the fix offered was to add
+    its op type to a unit's ops list (a new user's trial); now the op, its domain and why."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    node = helper.make_node("FooBar", ["x"], ["y"], domain="com.example", name="foo")
+    g = helper.make_graph([node], "g", [x], [y])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)]
+    onnx.save(helper.make_model(g, opset_imports=opsets), tmp_path / "custom.onnx")
+    units = tmp_path / "u.yaml"
+    units.write_text("units:\n  cpu0: {backend: onnxruntime, threads: 1}\n")
+    r = _invoke("plan", tmp_path / "custom.onnx", "--units", units, "--db", tmp_path / "p.db")
+    assert r.exit_code == 2, r.output
+    last = r.output.strip().splitlines()[-1]
+    assert "node 'foo' (com.example:FooBar) cannot run on any unit of ['cpu0']" in last, last
+    assert "not a registered function/op" in last and "ops list" not in last

@@ -150,6 +150,18 @@ def _check_profile(
             f"the profile holds units {sorted(profile.units)}, none of the units "
             f"{list(units.units)}: it was made with other units; profile with these"
         )
+    for n in graph.compute_nodes:  # no unit runs it, though no ops list leaves it out
+        if all(math.isinf(profile.costs[n.name][u]) for u in unit_names) and all(
+            units[u].supports(n, graph) for u in unit_names
+        ):
+            why = [w for node, _, w in [*profile.unsupported, *profile.failed] if node == n.name]
+            op = f"{n.domain}:{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
+            raise InfeasiblePlanError(
+                f"node {n.name!r} ({op}) cannot run on any unit of {list(unit_names)}: each "
+                f"failed or refused it ({(why or ['no reason recorded'])[0][:200]}); use a unit "
+                "whose backend implements it (an external unit for a vendor's op), or "
+                "replace the op in the model"
+            )
 
 
 def check_time_limit(time_limit: object) -> float | None:

@@ -156,17 +156,20 @@ def measure_corun(
                 for n, m in rows.items():
                     store.put(fingerprints[n], key[n], m, description=str(units[n].describe()))
     out: dict[str, float] = {}
+    failed: dict[str, list[str]] = {}  # why -> the units it failed
     for n, m in rows.items():
         if m is not None and m.status == OK:
             out[n] = _factor(m)
-        elif m is not None:
-            log.warning(
-                "unit %s: timing it beside the other units failed (%s); its partitions are "
-                "planned as if the others never slowed it, and the next profiling run times "
-                "it again",
-                n,
-                m.detail,
-            )
+        elif m is not None:  # one failure fails all: said once, for every unit it hit
+            failed.setdefault(m.detail, []).append(n)
+    for detail, names in failed.items():
+        log.warning(
+            "%s %s: timing %s beside the other units failed (%s); %s partitions are planned as "
+            "if the others never slowed %s, and the next profiling run times %s again",
+            *("unit", names[0], "it") if len(names) == 1 else ("units", ", ".join(names), "them"),
+            detail,
+            *("its", "it", "it") if len(names) == 1 else ("their", "them", "them"),
+        )
     high = {n: f for n, f in out.items() if f >= BUSY_FACTOR}
     if high:
         loads = [r.load for r in rows.values() if r is not None and r.load is not None]
