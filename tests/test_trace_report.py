@@ -121,6 +121,7 @@ def test_report_html(tmp_path, planned, branchy_file, units_file):
     res = json.loads(r.output)  # what run --json prints, and the page
     assert res["report"] == str(out2) and out2.is_file() and res["check"]["passed"] is True
     assert res["partitions"] == len(parts) and res["measured_ms"] > 0
+    assert "note" in res  # as run --json has it (a new user's trial)
 
 
 def test_chrome_trace_shapes():
@@ -142,6 +143,11 @@ def test_chrome_trace_shapes():
     assert 0.0 < s["ts"] < 11.0 and f["ts"] == 15.0  # inside the producer, at the consumer's start
     (mark,) = (e for e in doc["traceEvents"] if e["ph"] == "i")
     assert mark["args"] == {"value": "x", "bytes": 64, "wait_us": 4.0}
+    # a modeled unit's measured track holds the host's times: its name says so
+    doc = chrome_trace(pred, meas, [], [h], units=["b", "a"], emulated=["b"])
+    names, _ = _tracks(doc, "measured")
+    assert names == {1: "b (modeled: emulated on the host)", 2: "a"}
+    assert _tracks(doc, "predicted")[0] == {1: "b", 2: "a"}
 
 
 def test_render_report_draws_one_rect_per_partition_per_side():

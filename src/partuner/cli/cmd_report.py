@@ -7,7 +7,13 @@ from pathlib import Path
 import click
 
 from partuner.cli import main
-from partuner.cli.cmd_run import _print_fallbacks, _with_common, execute, timeline
+from partuner.cli.cmd_run import (
+    _off_prediction,
+    _print_fallbacks,
+    _with_common,
+    execute,
+    timeline,
+)
 from partuner.cli.common import (
     WritePath,
     console,
@@ -80,15 +86,16 @@ def report_cmd(
         "plan": f"{plan_path} ({ran.plan.scheduler}, {ran.plan.status})",
         "units": ", ".join(r["units"]),
         "partitions": r["partitions"],
-        "predicted latency": _ms(r["predicted_ms"]),
+        "predicted latency": _ms(r["predicted_ms"]) + (" (modeled)" if r["modeled"] else ""),
         "measured latency (median)": measured,
         "measured p10 / p90": f"{_ms(r['measured_p10_ms'])} / {_ms(r['measured_p90_ms'])}",
         "runs": r["runs"],
     }
+    r["note"] = _off_prediction(r)  # as `run --json` says it
     notes = [
         f"partition {n}: unit {f['planned']} could not run it here; it ran on {f['ran_on']}"
         for n, f in r["fallback"].items()
-    ]
+    ] + ([r["note"]] if r["note"] else [])
     page = render_report(
         title=f"partuner report: {Path(r['model']).name}",
         summary=summary,

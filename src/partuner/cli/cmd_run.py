@@ -243,7 +243,9 @@ def _write_trace(path: str, ran: Ran, r: dict[str, Any]) -> None:
     pred, meas, ph, mh = timeline(ran)
     meta = {k: r[k] for k in ("model", "plan", "predicted_ms", "measured_ms", "partitions")}
     order = [u for u in ran.units.names if u in {s.unit for s in (*pred, *meas)}]
-    write_trace(path, chrome_trace(pred, meas, ph, mh, units=order, metadata=meta))
+    emulated = [u for u in order if ran.units[u].modeled]
+    trace = chrome_trace(pred, meas, ph, mh, units=order, metadata=meta, emulated=emulated)
+    write_trace(path, trace)
 
 
 def _calibrate(db: str | None, ran: Ran) -> dict[str, Any]:

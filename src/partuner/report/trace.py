@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,7 +125,9 @@ def predicted_handoffs(
     return out
 
 
-def _meta(pid: int, name: str, units: Sequence[str]) -> list[dict[str, Any]]:
+def _meta(
+    pid: int, name: str, units: Sequence[str], labels: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
     ev: list[dict[str, Any]] = [
         {"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": name}},
         {
@@ -137,7 +139,8 @@ def _meta(pid: int, name: str, units: Sequence[str]) -> list[dict[str, Any]]:
         },
     ]
     for k, u in enumerate(units, start=1):
-        ev.append({"ph": "M", "pid": pid, "tid": k, "name": "thread_name", "args": {"name": u}})
+        label = (labels or {}).get(u, u)
+        ev.append({"ph": "M", "pid": pid, "tid": k, "name": "thread_name", "args": {"name": label}})
         ev.append(
             {
                 "ph": "M",
@@ -225,10 +228,13 @@ def chrome_trace(
     *,
     units: Sequence[str] | None = None,
     metadata: Mapping[str, Any] | None = None,
+    emulated: Collection[str] = (),
 ) -> dict[str, Any]:
     """The Chrome trace-event document (JSON object format) of a predicted and a measured run.
 
-    ``units`` orders the tracks (default: first appearance); ``metadata`` goes to ``otherData``.
+    ``units`` orders the tracks (default: first appearance); ``metadata`` goes to ``otherData``;
+    the measured tracks of ``emulated`` units (modeled: their outputs computed on the host) say
+    so in their names, as their times are the host's, not the unit's.
     """
     order = list(units or [])
     for s in (*predicted, *measured):
@@ -236,7 +242,12 @@ def chrome_trace(
             order.append(s.unit)
     tid = {u: k for k, u in enumerate(order, start=1)}
     next_id = [0]
-    events = _meta(PREDICTED_PID, "predicted", order) + _meta(MEASURED_PID, "measured", order)
+    events = _meta(PREDICTED_PID, "predicted", order) + _meta(
+        MEASURED_PID,
+        "measured",
+        order,
+        {u: f"{u} (modeled: emulated on the host)" for u in emulated},
+    )
     events += _side(PREDICTED_PID, predicted, predicted_transfers, tid, next_id)
     events += _side(MEASURED_PID, measured, measured_transfers, tid, next_id)
     return {
