@@ -332,6 +332,18 @@ def test_a_unit_whose_ops_leave_out_part_of_the_model_takes_no_items(free_model,
         evaluate_batch(free_model, only, 4, repeat=1)
 
 
+def test_one_item_keeps_one_unit_busy_in_the_physical_limit(free_model, tmp_path):
+    """At batch 1 the limit was the sum of two units' items/s, which no split of one item can
+    reach (a new user's trial): a split of B items keeps at most B units busy."""
+    units = units_from_mapping(
+        {"units": {u: {"backend": "onnxruntime", "threads": 1} for u in ("a", "b")}}
+    )
+    with ProfileStore(tmp_path / "b.db") as store:
+        one = evaluate_batch(free_model, units, 1, store=store, repeat=1)
+        two = evaluate_batch(free_model, units, 2, store=store, repeat=1)
+    assert len(one.limit_units) == 1 and set(two.limit_units) == {"a", "b"}
+
+
 # -- the command line --------------------------------------------------------------------------
 
 

@@ -283,7 +283,13 @@ def evaluate_batch(
     alone = _merge_alone(
         [{u: a for u, a in r.items() if u not in (lost or ())} for r in alone_rounds]
     )
-    sets = conflict_free_sets(list(alone), conflicts)
+
+    # a split of `batch` items keeps at most `batch` units busy (one item cannot be split)
+    def busiest(s: list[str]) -> list[str]:  # its `batch` fastest units, in their order
+        top = set(sorted(s, key=lambda u: -float(alone[u]["throughput"]))[:batch])
+        return [u for u in s if u in top]
+
+    sets = [busiest(s) for s in conflict_free_sets(list(alone), conflicts)]
     limit_units = max(sets, key=lambda s: sum(float(alone[u]["throughput"]) for u in s))
     hyb = None
     if hybrid:

@@ -293,6 +293,11 @@ def _print_result(res: dict[str, Any]) -> None:
     console.print(
         f"each unit alone on the batch (items/s): {alone}; physical limit "
         f"({' + '.join(res['limit_units'])}): {res['physical_limit']:,.1f} items/s"
+        + (
+            " (a modeled unit's part predicted)"
+            if any(res["unit_alone"][u].get("modeled") for u in res["limit_units"])
+            else ""
+        )
         + ("" if eff is None else f"; the exact split reaches {eff:.0%} of it")
     )
     if h is not None:

@@ -480,7 +480,9 @@ def _stream(
     from partuner.pipeline import plan_from_file
 
     if given("repeat"):
-        raise PartunerError("--repeat times single runs; a stream runs --stream N frames")
+        raise PartunerError(
+            "--repeat times single runs; a stream runs --stream N frames: drop --repeat"
+        )
     g, pf = load_graph_and_plan(model, input_shapes, plan_path)
     us = _units_for_plan(units_file, pf)
     plan_from_file(pf, g, us)

@@ -271,7 +271,8 @@ def _fix_inputs(
                 if d.HasField("dim_value") and d.dim_value not in (0, w):
                     raise InputShapeError(
                         f"--input-shape {vi.name}: dim {k} is fixed to {d.dim_value} in the model, "
-                        f"not {w}"
+                        f"not {w}; give {d.dim_value} there, or export the model with a free or "
+                        f"other size (for the zoo: partuner zoo NAME --image-size N -o FILE)"
                     )
             tt.shape.ClearField("dim")
             for w in want:
