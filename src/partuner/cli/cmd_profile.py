@@ -152,7 +152,7 @@ def profile_cmd(
         imported: dict[str, str] = {}
         if import_path:
             us, imported, extra["link_sizes"] = _import_kit(
-                store, g, import_path, units_file, quiet or as_json
+                store, g, import_path, us, quiet or as_json
             )
         remote = {**resolve_remote(store, us, g), **imported}
         prof = _run_profile(
@@ -187,7 +187,7 @@ def _remote_specs(us: Any, imported: dict[str, str]) -> dict[str, dict[str, Any]
 
 
 def _import_kit(
-    store: Any, g: Any, path: str, units_file: str | None, quiet: bool
+    store: Any, g: Any, path: str, given: Any, quiet: bool
 ) -> tuple[Any, dict[str, str], list[int]]:
     """Load a kit's results: the units (the file's, else rebuilt as remote units from the
     results), unit name -> the target's fingerprint, and the link sizes measured. Says what to
@@ -197,8 +197,7 @@ def _import_kit(
     from partuner.profile.kit import import_results
     from partuner.units import units_from_mapping
 
-    given = load_units_cli(units_file) if units_file else None
-    imp = import_results(store, g, path, given)
+    imp = import_results(store, g, path, given)  # `given`: the units file's units, or None
     if given is None:
         specs = {
             n: {**{k: v for k, v in spec.items() if k != "remote"}, "remote": {"fingerprint": fp}}
