@@ -470,6 +470,28 @@ def _problem_dup_key(d: Path) -> list[str]:
     return ["plan", "--load-problem", str(d / "p.json"), "-q"]
 
 
+def _kit_missing_unit(d: Path) -> list[str]:
+    """A kit for two board units, run on the board for one of them only (`--units b0`)."""
+    _tiny(d)
+    unit = {"backend": "onnxruntime", "threads": 1}
+    units = _units(d, {"b0": unit, "b1": {**unit, "optimization": "extended"}}, "board.yaml")
+    kit = ["profile", str(d / "m.onnx"), "--units", str(units), "--kit", str(d / "kit")]
+    subprocess.run([*_partuner(), *kit], check=True, capture_output=True, cwd=d)
+    runner = [sys.executable, str(d / "kit" / "run_profile.py"), "--units", "b0", "--quiet"]
+    subprocess.run([*runner, "--budget", "0.01"], check=True, capture_output=True, cwd=d)
+    results = str(d / "kit" / "results.json")
+    return [
+        "profile",
+        str(d / "m.onnx"),
+        "--units",
+        str(units),
+        "--import",
+        results,
+        "--db",
+        "p.db",
+    ]
+
+
 def _problem_unknown_unit(d: Path) -> list[str]:
     """A problem JSON costing a node on a unit it does not list (a typo: `cpy`)."""
     doc = '{"format": "partuner.problem", "version": 1, "nodes": ["a"], "units": ["cpu"], '
@@ -775,6 +797,11 @@ CASES: list[Case] = [
     Case(
         "unit not available here, with a new `--db` (no empty store left)",
         _unit_not_here_new_db,
+        absent=("p.db",),
+    ),
+    Case(
+        "kit results lacking a unit of the units file (the kit run for one of two)",
+        _kit_missing_unit,
         absent=("p.db",),
     ),
     Case(
