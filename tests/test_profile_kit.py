@@ -272,6 +272,9 @@ def test_results_lacking_units_are_refused_not_timed_here(branchy, results, tmp_
         with pytest.raises(ProfileError, match=f"failed every item on .* \\(the first: {why}\\)"):
             import_results(store, branchy, tmp_path / "dead.json")
         assert store.summary() == []
+        # a unit marked remote is read from a kit imported before (another board's): allowed
+        more["units"]["cpu1"]["remote"] = True
+        assert import_results(store, branchy, some, units_from_mapping(more)).rows > 0
 
 
 @pytest.mark.parametrize(

@@ -346,11 +346,14 @@ def _read_results(
             }
     ran = ", ".join(imp.fingerprints) or "none"
     lack = [] if units is None else [u.name for u in units if u.name not in imp.fingerprints]
-    lack = [n for n in lack if not units[n].modeled]  # type: ignore[index]
+    # units nothing else measures (modeled ones are computed; `remote: true` ones are read
+    # from kits imported before) would be timed on this machine, not on the board
+    lack = [n for n in lack if not units[n].modeled and units[n].remote is None]  # type: ignore
     if not imp.fingerprints or lack:
         raise ProfileError(
             f"{p} holds no measurements of unit(s) {lack or 'any'} (the kit ran {ran}); run "
-            "the kit for them (run_profile.py --units NAMES), or leave them out of the units file"
+            "the kit for them (run_profile.py --units NAMES), leave them out of the units file, "
+            "or mark them `remote: true` once their own kit's results are imported"
         )
     hand = {int(n): Measurement(*r[:3], int(r[3])) for n, r in data["handoff"].items()}
     names = list(imp.fingerprints)
