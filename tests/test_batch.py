@@ -516,3 +516,14 @@ def test_cli_refuses_a_batch_whose_inputs_are_given_in_part(two_units, tmp_path)
                 "--input", f"a={tmp_path / 'a.npy'}", "-o", tmp_path / "y.npz")  # fmt: skip
     _fails_cleanly(r, "--input gives ['a'] but not ['c']")
     assert not (tmp_path / "y.npz").exists()
+
+
+def test_cli_says_why_one_configuration_has_two_figures(free_file, tmp_path):
+    """The exact split on one unit alone and that unit alone: two rows of one configuration,
+    measured two ways, with two figures and no word of why (a new user's trial)."""
+    units = tmp_path / "u.yaml"
+    units.write_text("units:\n  cpu: {backend: onnxruntime, threads: 1}\n")
+    r = _invoke("batch", free_file, "--batch", 4, "--units", units, "--db", tmp_path / "b.db",
+                "--repeat", 2)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "the exact split is cpu alone: " in r.output and "calling cpu directly" in r.output

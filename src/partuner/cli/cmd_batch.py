@@ -288,6 +288,12 @@ def _print_result(res: dict[str, Any]) -> None:
     console.print(t)
     if res.get("loses_to_single"):
         console.print(res["loses_to_single"])
+    used = [u for u, n in res["split"].items() if n > 0]
+    if s is not None and used == [s["unit"]] and res.get("timing", "measured") == "measured":
+        console.print(  # one configuration, two rows: each measured its own way
+            f"the exact split is {s['unit']} alone: {_ms(res['measured_ms'])} run as a split "
+            f"(its thread, the merge), {_ms(s['measured_ms'])} calling {s['unit']} directly"
+        )
     alone = ", ".join(f"{u} {tp:,.1f}" for u, tp in res["unit_throughput"].items())
     eff = res["efficiency"]
     console.print(
