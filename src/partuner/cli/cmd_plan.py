@@ -210,9 +210,10 @@ def plan_cmd(
         by = f"[bold]auto[/bold] ({plan.scheduler}'s plan; {status})"
     else:
         by = f"[bold]{plan.scheduler}[/bold] ({status})"
+    digits = _digits(plan.predicted_us, lb, plan.status == "optimal")
     console.print(
         f"plan by {by}: predicted "
-        f"{plan.predicted_us / 1e3:.3f} ms{label}, lower bound {lb / 1e3:.3f} ms, "
+        f"{plan.predicted_us / 1e3:.{digits}f} ms{label}, lower bound {lb / 1e3:.{digits}f} ms, "
         f"{count_of(len(plan.partitions), 'partition')}, "
         f"{count_of(len(pf.parallel), 'parallel group')}"
     )
@@ -430,3 +431,17 @@ def _own_status(plan: Any, bound_us: float) -> str:
     if plan.status == "optimal" and plan.predicted_us > bound_us * (1 + 1e-6) + 1e-6:
         return MODEL_OPTIMAL
     return str(plan.status)
+
+
+def _digits(predicted_us: float, bound_us: float, optimal: bool) -> int:
+    """Decimals of ms that show a plan not proven optimal above its bound (3 at least).
+
+    >>> _digits(994.2, 993.9, False), _digits(994.2, 993.9, True), _digits(5.0, 4.0, False)
+    (4, 3, 3)
+    """
+    digits = 3
+    while digits < 9 and not optimal and predicted_us > bound_us:
+        if f"{predicted_us / 1e3:.{digits}f}" != f"{bound_us / 1e3:.{digits}f}":
+            break
+        digits += 1
+    return digits
