@@ -154,6 +154,11 @@ UNITS_OK = "units:\n  cpu0: {backend: onnxruntime}\n  npu: {backend: modeled, gf
         ("units:\n  cpu0: onnxruntime\n", "unit 'cpu0' must be a mapping like"),
         ("units:\n  cpu0:\n", "unit 'cpu0' must be a mapping like"),
         ("units:\n  cpu 0: {backend: onnxruntime}\n", "bad unit name 'cpu 0'"),
+        ("units:\n  .a: {backend: onnxruntime}\n", "bad unit name '.a': .* not starting with '.'"),
+        (  # a plan file refuses it (names become file names): refused here already
+            "units:\n  " + "n" * 101 + ": {backend: onnxruntime}\n",
+            r"bad unit name 'nnn.*\.\.\.: .* at most 100",
+        ),
         ("units:\n  cpu0: {threads: 1}\n", r"unit 'cpu0' has no 'backend'; known backends: \["),
         (
             "units:\n  cpu0: {backend: tensorflow}\n",

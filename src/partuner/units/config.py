@@ -13,7 +13,8 @@ The units file
       default: {latency_us: 5, gbps: 20}     # every pair not named below
       cpu0-npu: {latency_us: 40, gbps: 2}    # symmetric: also npu-cpu0
 
-* A unit name is letters, digits, ``_``, ``.`` and ``-`` (not starting with ``.`` or ``-``).
+* A unit name is letters, digits, ``_``, ``.`` and ``-`` (not starting with ``.`` or ``-``), at
+  most 100 characters.
   Every unit takes ``backend`` plus that backend's options (``partuner units`` lists them) and
   the common options ``cores`` (declared core ids), ``ops`` (op types it runs) and
   ``memory_mb`` (megabytes it holds for weights and activations; default unlimited).
@@ -58,6 +59,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+#: the longest unit name (a plan file's rule too: names become file names there)
+NAME_MAX = 100
 _LINK_FIELDS = ("latency_us", "gbps")
 #: units a units file may define (a plan's pairs of units grow as their square)
 MAX_UNITS = 256
@@ -340,9 +343,11 @@ def _warn_missing_cores(units: list[Unit], source: str) -> None:
 
 
 def _build_unit(name: object, entry: object, fail: Any, cluster: Any = None) -> Unit:
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or len(name) > NAME_MAX:
+        shown = repr(name) if len(repr(name)) <= 60 else repr(name)[:57] + "..."
         raise fail(
-            f"bad unit name {name!r}: use letters, digits, '_', '.' and '-' (e.g. cpu0, npu-1)"
+            f"bad unit name {shown}: use letters, digits, '_', '.' and '-', not starting with "
+            f"'.' or '-', at most {NAME_MAX} (e.g. cpu0, npu-1)"
         )
     if isinstance(entry, Mapping) and isinstance(entry.get("spec"), Mapping):
         entry = entry["spec"]  # a Unit.describe() dict
