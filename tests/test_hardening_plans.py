@@ -1000,3 +1000,14 @@ def test_a_plan_on_a_modeled_unit_is_exported_as_modeled(tmp_path, model_file):
     assert r.exit_code == 0, r.output
     out = yaml.safe_load((tmp_path / "o2" / "plan.yaml").read_text())["partuner"]
     assert out["modeled"] and out["units"]["npu"]["backend"] == "modeled"  # --units' own
+
+
+def test_a_misspelt_stream_key_is_refused(tmp_path):
+    """`in_fligth: [7]` in a stream plan ran with 2 frames in flight, unsaid (a new user's
+    trial): unknown keys there are refused, as elsewhere in the section."""
+    path = _own_plan(tmp_path / "p.yaml", [("p0", "cpu", list(NODES))])
+    doc = yaml.safe_load(path.read_text())
+    doc["partuner"]["stream"] = {"objective": "throughput", "in_fligth": [7]}
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(PlanFileError, match=r"unknown key 'in_fligth' in `partuner.stream` \(did"):
+        read_plan(path)

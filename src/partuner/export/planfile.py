@@ -182,6 +182,10 @@ def _stream_dict(s: StreamSpec) -> dict[str, Any]:
     }
 
 
+_STREAM_KEYS = ("objective", "in_flight", "copies", "predicted_fps", "fps_bound", "latency_ms")
+_STREAM_KEYS += ("max_latency_ms",)
+
+
 def _read_stream(value: object, units: set[str], where: str) -> StreamSpec | None:
     """``partuner.stream`` of a plan file (None when absent); every problem one line."""
     if value is None:
@@ -189,6 +193,7 @@ def _read_stream(value: object, units: set[str], where: str) -> StreamSpec | Non
     key = "partuner.stream"
     if not isinstance(value, dict):
         raise PlanFileError(f"{where}: `{key}` must be a mapping, got {short_repr(value)}")
+    known_keys(value, _STREAM_KEYS, key, where)  # a misspelt key was dropped unsaid
     objective = value.get("objective", "throughput")
     if objective != "throughput":
         raise PlanFileError(
