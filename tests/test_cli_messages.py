@@ -453,3 +453,40 @@ def test_an_op_no_backend_knows_is_named_with_its_domain(tmp_path):
     last = r.output.strip().splitlines()[-1]
     assert "node 'foo' (com.example:FooBar) cannot run on any unit of ['cpu0']" in last, last
     assert "not a registered function/op" in last and "ops list" not in last
+
+
+def test_load_problem_refuses_what_it_would_ignore(tmp_path):
+    """`plan MODEL --load-problem P` wrote MODEL's name on another model's plan, and took
+    --db, --fuse, --fuse-max, --skip-unavailable without a word (a new user's trial); and
+    --fuse-max without --fuse auto did nothing."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g", [x], [y])
+    onnx.save(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx"
+    )
+    prob = tmp_path / "p.json"
+    head = '{"format": "partuner.problem", "version": 1, "units": ["cpu0"], '
+    prob.write_text(head + '"nodes": ["a"], "cost": {"a": {"cpu0": 1.0}}}')
+    m = tmp_path / "m.onnx"
+    cases = [
+        (["plan", m, "--load-problem", prob], "is a problem of another model than"),
+        (["plan", "--load-problem", prob, "--db", tmp_path / "x.db"], "leave out --db, --fuse"),
+        (["plan", "--load-problem", prob, "--skip-unavailable"], "leave out --db, --fuse"),
+        (["plan", m, "--fuse-max", 4], "--fuse-max sets the longest chain --fuse auto tries"),
+    ]
+    for args, said in cases:
+        _one_line(_invoke(*args), said)
+    assert not (tmp_path / "x.db").exists()
+    prob.write_text(head + '"nodes": ["r"], "cost": {"r": {"cpu0": 1.0}}}')  # the model's own
+    other = tmp_path / "u.yaml"
+    other.write_text("units:\n  cpu9: {backend: onnxruntime, threads: 1}\n")
+    _one_line(
+        _invoke("plan", m, "--load-problem", prob, "--units", other),
+        "plans on unit(s) ['cpu0'], not in",
+    )
+    r = _invoke("plan", m, "--load-problem", prob, "-q", "--time-limit", 1)
+    assert r.exit_code == 0, r.output  # the model's own problem, on the default units

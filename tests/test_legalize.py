@@ -329,10 +329,10 @@ def test_export_cli_legalizer_options(tmp_path, branchy, branchy_file):
     man = json.loads((old / "manifest.json").read_text())
     assert {p["legalize"]["opset"]["to"] for p in man["partitions"]} == {13}
     np.testing.assert_allclose(_chain(old, man, feeds)["output"], ref["output"], rtol=1e-5)
-    r = CliRunner().invoke(
-        main, ["export", str(branchy_file), "--plan", str(plan), "-o", str(out), "--opset", "6"]
-    )
-    assert r.exit_code == 2 and "--opset 6 is out of range" in r.output
+    for opset, said in [("6", "6 is not in the range x>=7"), ("99", "--opset 99 is out of range")]:
+        args = ["export", str(branchy_file), "--plan", str(plan), "-o", str(out), "--opset", opset]
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2 and said in r.output, r.output
 
 
 def test_convert_opset_keeps_what_local_functions_compute():

@@ -15,12 +15,14 @@ from partuner.cli.common import (
     FiniteRange,
     StageLines,
     WritePath,
+    check_fuse,
     check_objective,
     console,
     count_of,
     db_option,
     emit_json,
     fuse_options,
+    given,
     handle_errors,
     input_shape_option,
     json_option,
@@ -108,6 +110,7 @@ def plan_cmd(
         raise PartunerError("give a MODEL to profile and plan, or --load-problem PROBLEM.json")
     get_scheduler(scheduler)  # fail on a wrong name before profiling
     check_objective(objective, max_latency_ms)
+    check_fuse(fuse)
     if objective == "throughput" and (scheduler != "auto" or compare or explain):
         raise PartunerError(
             "--objective throughput plans from auto's plans: leave out --scheduler, --compare "
@@ -127,6 +130,7 @@ def plan_cmd(
                 f"cannot read problem file {path}: {why}; write one with --dump-problem"
             ) from None
         problem = Problem.from_json(text)
+        _check_loaded(problem, path, g, us, fuse, skip_unavailable)
     else:
         prof = profile_cli(
             *(g, us, db, quiet or as_json, skip_unavailable),
@@ -445,3 +449,32 @@ def _digits(predicted_us: float, bound_us: float, optimal: bool) -> int:
             break
         digits += 1
     return digits
+
+
+def _check_loaded(
+    problem: Any, path: Path, g: Any, us: Any, fuse: tuple[str, ...], skip: bool
+) -> None:
+    """A dumped problem is planned as it is: options that profile are refused, not ignored;
+    the MODEL and units given (for the plan file) must be the problem's."""
+    from partuner.errors import PartunerError
+
+    if given("db") or fuse or given("fuse_max") or skip:
+        raise PartunerError(
+            "--load-problem plans the problem as dumped, without profiling: leave out --db, "
+            "--fuse, --fuse-max and --skip-unavailable (give them when dumping it)"
+        )
+    if g is not None:
+        mine = [n.name for n in g.compute_nodes]
+        other = next((n for n in problem.nodes if n not in set(mine)), None)
+        if other is not None or len(problem.nodes) != len(mine):
+            raise PartunerError(
+                f"{path} is a problem of another model than {g.source}"
+                + (f" (its node {other!r} is not in the model)" if other else "")
+                + "; give the model it was dumped from, or leave MODEL out"
+            )
+    unknown = [u for u in problem.units if us is not None and u not in us]
+    if unknown:
+        raise PartunerError(
+            f"{path} plans on unit(s) {unknown}, not in {us.source or 'the units given'}; give "
+            "the units file it was dumped with"
+        )

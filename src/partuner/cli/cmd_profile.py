@@ -15,6 +15,7 @@ from partuner.cli import main
 from partuner.cli.common import (
     FiniteRange,
     WritePath,
+    check_fuse,
     console,
     db_option,
     emit_json,
@@ -131,6 +132,7 @@ def profile_cmd(
     patterns = [parse_pattern(f) for f in fuse if f.lower() != "auto"]
     if profile_configs:
         patterns += parse_profile_configs(profile_configs)
+    check_fuse(fuse)
     fuse_auto = fuse_max if any(f.lower() == "auto" for f in fuse) else 0
     g = load_graph(model, input_shapes)
     if kit:

@@ -13,6 +13,7 @@ from partuner.cli.common import (
     FiniteRange,
     StageLines,
     WritePath,
+    check_fuse,
     check_objective,
     console,
     db_option,
@@ -103,6 +104,7 @@ def tune_cmd(
     if scheduler != "auto":
         get_scheduler(scheduler)
     check_objective(objective, max_latency_ms)
+    check_fuse(fuse)
     if objective != "throughput" and given("frames"):
         raise PartunerError("--frames sets a measured stream's length: add --objective throughput")
     if objective == "throughput" and given("repeat"):

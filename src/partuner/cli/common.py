@@ -317,6 +317,15 @@ def given(name: str) -> bool:
     )
 
 
+def check_fuse(fuse: tuple[str, ...]) -> None:
+    """``--fuse-max`` means something with ``--fuse auto`` only."""
+    if given("fuse_max") and not any(f.lower() == "auto" for f in fuse):
+        raise PartunerError(
+            "--fuse-max sets the longest chain --fuse auto tries: add --fuse auto, or leave "
+            "--fuse-max out"
+        )
+
+
 def fuse_options(fn: F) -> F:
     fn = click.option(
         "--fuse-max",
