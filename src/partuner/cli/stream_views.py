@@ -148,6 +148,12 @@ def run_stream(
         spec = None
     else:
         note = None
+    if frames <= sum(flights):  # every frame started at once: no steady state to measure
+        few = (
+            f"{frames} frame(s) for {sum(flights)} in flight: each started at once, so the "
+            "figures are of a start-up, not of a stream; stream many more frames"
+        )
+        note = f"{note}; {few}" if note else few
     result = {
         "model": graph.source,
         "plan": plan_path,
