@@ -257,6 +257,7 @@ def test_copies_must_run_their_partitions_on_units_of_their_own(tmp_path, branch
         ([{on: "convs"}], "copy 1 of its stream runs partition 'p0' on unit 'convs', whose ops"),
         ([{on: on}], f"the plan and its copy 1 both run on unit {on!r}"),
         ([{on: other}, {on: other}], f"its copy 1 and its copy 2 both run on unit {other!r}"),
+        ([{on: "gpu7"}], "copy 1 of its stream runs partition 'p0' on unit 'gpu7', not a unit"),
     ]:
         doc["partuner"]["stream"] = {"copies": copies, "in_flight": [1] * (1 + len(copies))}
         bad = tmp_path / "bad.yaml"
@@ -277,6 +278,10 @@ def test_copies_must_run_their_partitions_on_units_of_their_own(tmp_path, branch
     r = _invoke("run", branchy_file, "--plan", good, "--units", units, "--stream", 4, "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["copies"] == 2
+    _fails_cleanly(  # --fallback names no unit: said so, naming the option (a new user's trial)
+        _invoke("check", branchy_file, "--plan", good, "--units", units, "--fallback", "gpu7"),
+        "--fallback 'gpu7' is not a unit of",
+    )
 
 
 def test_options_a_stream_does_not_use_are_refused(tmp_path, branchy_file, units_file, db):

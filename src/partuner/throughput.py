@@ -138,7 +138,12 @@ def check_stream_copies(pf: PlanFile, graph: ModelGraph, units: UnitSet) -> None
     for k, rename in enumerate(copies, start=1):
         for part in pf.partitions:
             name = rename.get(part.unit, part.unit)
-            # units[name] names the known units when unknown
+            if name not in units:
+                raise PlanFileError(
+                    f"plan {source}: copy {k} of its stream runs partition {part.name!r} on "
+                    f"unit {name!r}, not a unit of {units.source or 'the units given'} (its "
+                    f"units: {list(units.units)}); add it there, or pass --units FILE"
+                )
             bad = unsupported_nodes(graph, units[name], part.nodes)
             if bad:
                 op = graph.node(bad[0]).op_type

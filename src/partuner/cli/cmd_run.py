@@ -144,6 +144,11 @@ def execute(
 
     g, pf = load_graph_and_plan(model, input_shapes, plan_path)
     us = _units_for_plan(units_file, pf, fallback)
+    if fallback is not None and fallback not in us:
+        raise PartunerError(
+            f"--fallback {fallback!r} is not a unit of {us.source or 'the units given'} "
+            f"(its units: {list(us.units)}); name one of them, or pass --units FILE"
+        )
     plan_from_file(pf, g, us, fallback=fallback)
     if fallback is not None:
         ok, why = us[fallback].availability()
@@ -483,9 +488,12 @@ def _stream(
         raise PartunerError(
             "--repeat times single runs; a stream runs --stream N frames: drop --repeat"
         )
+    from partuner.throughput import check_stream_copies
+
     g, pf = load_graph_and_plan(model, input_shapes, plan_path)
     us = _units_for_plan(units_file, pf)
     plan_from_file(pf, g, us)
+    check_stream_copies(pf, g, us)  # before their units are asked whether they run here
     units = {p.unit for p in pf.partitions}
     for c in pf.stream.copies if pf.stream is not None else ():
         units |= {c.get(u, u) for u in units}
