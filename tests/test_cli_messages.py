@@ -490,3 +490,16 @@ def test_load_problem_refuses_what_it_would_ignore(tmp_path):
     )
     r = _invoke("plan", m, "--load-problem", prob, "-q", "--time-limit", 1)
     assert r.exit_code == 0, r.output  # the model's own problem, on the default units
+
+
+def test_a_fallback_run_is_not_blamed_on_a_busy_machine():
+    """After --fallback ran a partition elsewhere, `run` blamed a busy machine and offered
+    --calibrate for the gap (a new user's trial): the gap is the fallback's."""
+    from partuner.cli.cmd_run import _off_prediction
+
+    r = {"predicted_ms": 1.0, "measured_ms": 2.1, "modeled": False, "fallback": {}}
+    assert "the machine may be busier" in _off_prediction(r)
+    r["fallback"] = {"p1": {"planned": "npu", "ran_on": "cpu0"}}
+    said = _off_prediction(r)
+    assert "ran on the fallback unit" in said and "['p1']" in said and "busier" not in said
+    assert _off_prediction({**r, "measured_ms": 1.01}) is None  # within the margin: nothing

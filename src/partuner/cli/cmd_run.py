@@ -537,6 +537,12 @@ def _off_prediction(r: dict[str, Any]) -> str | None:
     off = meas / pred - 1
     if abs(off) < OFF_PREDICTION:
         return None
+    if r.get("fallback"):  # partitions ran elsewhere than planned: the prediction is not theirs
+        return (
+            f"measured {100 * abs(off):.0f} % {'above' if off > 0 else 'below'} the prediction, "
+            f"which is for the planned units: partition(s) {sorted(r['fallback'])} ran on the "
+            "fallback unit instead"
+        )
     return (
         f"measured {100 * abs(off):.0f} % {'above' if off > 0 else 'below'} the prediction: "
         "the machine may be busier, or run faster or slower, than when it was profiled; "
