@@ -399,8 +399,9 @@ def run_cmd(
     refuse_overwrite([model, plan_path, units_file, db], [trace_path], specs=inputs)
     if stream_frames is not None:
         if fallback is not None or calibrate:
+            extra = [o for o, on in (("--fallback", fallback), ("--calibrate", calibrate)) if on]
             raise PartunerError(
-                "--stream runs the plan's own units: leave out --fallback and --calibrate"
+                f"--stream runs the plan's own units: leave out {' and '.join(extra)}"
             )
         _stream(
             model,
