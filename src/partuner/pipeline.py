@@ -484,6 +484,9 @@ def tune(
             plans = {**plans, "single": single}  # its prediction goes beside its measurement
         except InfeasiblePlanError:  # no unit holds or runs the whole model
             single = None
+    one = len(plan.partitions) == 1 and single is not None
+    if one and plan.predicted_us <= single.predicted_us * (1 + 1e-9):  # type: ignore[union-attr]
+        single = plan  # the whole model on a unit as fast as single's (a tie): the one kept
     single_unit = single.partitions[0].unit if single and single.partitions else ""
     single_measured = None
     same = len(plan.partitions) == 1 and plan.partitions[0].unit == single_unit
