@@ -381,10 +381,12 @@ def _explain(problem: Any, plan: Any) -> list[dict[str, Any]]:
         ]
         if alt is None:
             reason = f"only {p.unit} can run all of its nodes"
-        elif cost[p.unit] <= cost[alt]:
+        elif cost[p.unit] < cost[alt] - 0.05:  # shown to 0.1 us: a tie is no reason
             reason = f"fastest on {p.unit} ({cost[alt] - cost[p.unit]:.1f} us less than {alt})"
         elif busy:
             reason = f"{alt} is busy meanwhile with {', '.join(busy)}"
+        elif cost[p.unit] <= cost[alt] + 0.05:
+            reason = f"as fast on {p.unit} as on {alt}"
         elif avoided > cost[p.unit] - cost[alt]:
             reason = f"slower than on {alt} but avoids {avoided:.1f} us of transfers"
         else:
