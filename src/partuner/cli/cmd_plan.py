@@ -466,8 +466,8 @@ def _check_loaded(
             "--fuse, --fuse-max and --skip-unavailable (give them when dumping it)"
         )
     if g is not None:
-        mine = [n.name for n in g.compute_nodes]
-        other = next((n for n in problem.nodes if n not in set(mine)), None)
+        mine = {n.name for n in g.compute_nodes}
+        other = next((n for n in problem.nodes if n not in mine), None)
         if other is not None or len(problem.nodes) != len(mine):
             raise PartunerError(
                 f"{path} is a problem of another model than {g.source}"
