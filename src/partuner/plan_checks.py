@@ -115,18 +115,22 @@ def _check_groups(pf: PlanFile, graph: ModelGraph) -> None:
     if not pf.parallel:
         return
     deps = partition_order(graph, [(p.name, p.nodes) for p in pf.partitions])
+    members = dict.fromkeys(q for group in pf.parallel for q in group)
+    bit = {q: 1 << k for k, q in enumerate(members)}  # a bit per partition a group names
+    before: dict[str, int] = {}  # the members each reads from, directly or not
+    for p in pf.partitions:  # in dependency order (check_plan_model put them so)
+        before[p.name] = 0
+        for q in deps[p.name]:
+            before[p.name] |= before[q] | bit.get(q, 0)
     for group in pf.parallel:
+        mask = sum(bit.get(p, 0) for p in set(group))
         for p in group:
-            seen, todo = set(), list(deps.get(p, ()))
-            while todo:  # the partitions p reads from, directly or not
-                q = todo.pop()
-                if q not in seen:
-                    seen.add(q)
-                    todo.extend(deps.get(q, ()))
-            before = next((q for q in group if q in seen), None)
-            if before is not None:
+            hit = before.get(p, 0) & mask
+            if hit:
+                first = next(q for q in group if bit.get(q, 0) & hit)
+                shown = "||".join(group[:4]) + ("||..." if len(group) > 4 else "")
                 raise PlanFileError(
                     f"plan {pf.source or '(in memory)'}: `parallelPartitions` group "
-                    f"({'||'.join(group)}) cannot run at once: {p} reads from {before}; take "
+                    f"({shown}) cannot run at once: {p} reads from {first}; take "
                     "one of them out of the group, or plan again"
                 )

@@ -130,12 +130,17 @@ def _ms(us: float | None) -> float | None:
     return round(us / 1000.0, 6)
 
 
+def _logical_ids(plan: PlanFile) -> list[str]:
+    """Each partition's logical ID: its unit's index in the units section, then any unit only
+    a partition names (a plan edited by hand to run a partition on a unit of the user's units
+    file)."""
+    unit_names = dict.fromkeys([*plan.units, *(p.unit for p in plan.partitions)])
+    idx = {u: str(i) for i, u in enumerate(unit_names)}
+    return [idx[p.unit] for p in plan.partitions]
+
+
 def plan_to_dict(plan: PlanFile) -> dict[str, Any]:
     """The YAML document of ``plan``: NEST-C keys first, then partuner's section."""
-    # the units section first (logicalIDs index it), then any unit only a partition names (a
-    # plan edited by hand to run a partition on a unit of the user's units file)
-    unit_names = list(dict.fromkeys([*plan.units, *(p.unit for p in plan.partitions)]))
-    idx = {u: i for i, u in enumerate(unit_names)}
     node_to_part = [f"{n}-{i}" for i, p in enumerate(plan.partitions) for n in p.nodes]
     return {
         "funcName": plan.model,
@@ -143,7 +148,7 @@ def plan_to_dict(plan: PlanFile) -> dict[str, Any]:
         "backendNames": ":".join(p.unit for p in plan.partitions),
         "partitionNames": ":".join(p.name for p in plan.partitions),
         "nodeToPartition": ":".join(node_to_part),
-        "logicalIDs": ":".join(str(idx[p.unit]) for p in plan.partitions),
+        "logicalIDs": ":".join(_logical_ids(plan)),
         "parallelPartitions": ":".join("(" + "||".join(g) + ")" for g in plan.parallel),
         "partuner": {
             "version": FORMAT_VERSION,
@@ -274,8 +279,12 @@ def _parallel(
                 f"{where}: `parallelPartitions` group {short_repr(g)} "
                 + (f"names no partition {short_repr(unknown)}" if got else "is not (pA||pB)")
             )
-        on = [unit_of[p] for p in got]
-        shared = next((u for u in on if on.count(u) > 1), None)
+        shared, seen = None, set()  # the first unit given twice (linear: the file is untrusted)
+        for u in (unit_of[p] for p in got):
+            if u in seen:
+                shared = u
+                break
+            seen.add(u)
         if len(got) < 2 or shared is not None:
             raise PlanFileError(
                 f"{where}: `parallelPartitions` group {short_repr(g)} "
@@ -334,9 +343,9 @@ def read_plan(path: str | Path) -> PlanFile:
     colon = any(":" in n for p in plan.partitions for n in p.nodes)
     if all(key in doc for key in _NESTC_KEYS) and not colon:
         plan.keys_differ = _first_difference(plan, _read_nestc(doc, where))
-        ids, want = doc.get("logicalIDs"), plan_to_dict(plan)["logicalIDs"]
-        if isinstance(ids, str) and colon_list(ids, "logicalIDs", where) != want.split(":"):
-            said = f"logicalIDs {short_repr(ids)}, its units give {short_repr(want)}"
+        ids, want = doc.get("logicalIDs"), _logical_ids(plan)
+        if isinstance(ids, str) and colon_list(ids, "logicalIDs", where) != want:
+            said = f"logicalIDs {short_repr(ids)}, its units give {short_repr(':'.join(want))}"
             plan.keys_differ = plan.keys_differ or said
     return plan
 
